@@ -1,0 +1,1 @@
+"""Baton's web side: receive a webhook, verify it, route it, enqueue it, answer."""

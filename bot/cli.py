@@ -1,0 +1,49 @@
+"""The `baton` command: one entry point, one module per subcommand.
+
+Each subcommand module exposes ``register(subparsers)``, which adds its parser
+and sets ``handler`` (a function ``(argparse.Namespace) -> int``). Errors that
+Baton raises on purpose are caught here, once, and printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from bot.errors import BatonError
+
+#: Subcommand modules, in the order `baton --help` lists them.
+COMMANDS: tuple[str, ...] = (
+    "bot.commands.serve",
+    "worker.commands.worker",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="baton",
+        description="Hand GitHub issues to coding agents without handing them the keys.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except BatonError as exc:
+        print(f"baton {args.command}: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Prometheus text exposition for the few numbers an operator watches.
+
+Counters and one histogram, kept in this process (one `baton serve` process
+per machine; Prometheus sums across machines). Hand-rolled because the
+exposition format is small and the hot path must stay lock-free.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+#: Seconds; enqueue latency is usually well under a millisecond.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class Histogram:
+    def __init__(self, buckets: Iterable[float]) -> None:
+        self.bounds = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.bounds) + 1)  # last slot: +Inf
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def lines(self, name: str) -> list[str]:
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            out.append(f'{name}_bucket{{le="{bound:g}"}} {running}')
+        out.append(f'{name}_bucket{{le="+Inf"}} {self.n}')
+        out.append(f"{name}_sum {self.total:.6f}")
+        out.append(f"{name}_count {self.n}")
+        return out
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.deliveries: Counter[str] = Counter()
+        self.enqueue_latency = Histogram(LATENCY_BUCKETS)
+
+    def render(self, queue_depths: Mapping[str, int] | None) -> str:
+        lines = [
+            "# HELP baton_deliveries_total Webhook deliveries received, by outcome.",
+            "# TYPE baton_deliveries_total counter",
+        ]
+        lines += [f'baton_deliveries_total{{outcome="{k}"}} {v}' for k, v in sorted(self.deliveries.items())]
+        lines += [
+            "# HELP baton_enqueue_seconds Time to store a task in Redis (script round trip).",
+            "# TYPE baton_enqueue_seconds histogram",
+            *self.enqueue_latency.lines("baton_enqueue_seconds"),
+            "# HELP baton_queue_depth Jobs waiting in each queue (-1: Redis did not answer).",
+            "# TYPE baton_queue_depth gauge",
+        ]
+        for name, depth in sorted((queue_depths or {}).items()):
+            lines.append(f'baton_queue_depth{{queue="{name}"}} {depth}')
+        return "\n".join(lines) + "\n"

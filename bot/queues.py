@@ -1,0 +1,46 @@
+"""Baton's RQ queues and which task kind goes where.
+
+Agent runs take minutes; merge gates and control tasks (cancel, commands,
+installation sync) take seconds. They get separate queues, served by separate
+worker processes, so a long agent run can never delay a gate or a cancel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.tasks import Kind
+
+#: The job function every queue runs; the worker package, imported by name only.
+JOB_FUNCTION = "worker.jobs.run_task"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    #: RQ kills a job that runs longer than this (seconds).
+    job_timeout: int
+
+
+AGENTS = QueueSpec("baton-agents", job_timeout=3 * 3600)
+GATES = QueueSpec("baton-gates", job_timeout=3600)
+CONTROL = QueueSpec("baton-control", job_timeout=300)
+ALL: tuple[QueueSpec, ...] = (AGENTS, GATES, CONTROL)
+BY_NAME = {q.name: q for q in ALL}
+
+QUEUE_FOR: dict[Kind, QueueSpec] = {
+    Kind.AGENT_RUN: AGENTS,
+    Kind.MERGE_GATE: GATES,
+    Kind.GATE_RERUN: GATES,
+    Kind.CHECK_ACTION: GATES,
+    Kind.CANCEL: CONTROL,
+    Kind.COMMAND: CONTROL,
+    Kind.INSTALLATION_SYNC: CONTROL,
+}
+
+#: How long a finished job's result stays readable, and a failed one's record.
+RESULT_TTL_S = 7 * 24 * 3600
+FAILURE_TTL_S = 30 * 24 * 3600
+#: GitHub redeliveries reuse the delivery id; we remember ids this long.
+DEDUPE_TTL_S = 7 * 24 * 3600
+DEDUPE_PREFIX = "baton:delivery:"

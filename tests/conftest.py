@@ -1,0 +1,72 @@
+"""Shared fixtures: one real Redis-protocol server per session, signed deliveries."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bot.redis_server import EmbeddedRedis
+from bot.signature import sign
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SECRET = b"test-secret-for-baton"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(data_dir=tmp_path_factory.mktemp("redis"), durable=False)
+    with server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
+    """The session server, emptied before each test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def rdb(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def examples(event: str) -> list[dict[str, Any]]:
+    """GitHub's published example payloads for one event (see fixtures/webhooks/LICENSE.md)."""
+    data: list[dict[str, Any]] = json.loads((FIXTURES / "webhooks" / f"{event}.json").read_text())
+    return data
+
+
+def example(event: str, action: str | None, index: int = 0) -> dict[str, Any]:
+    matching = [e for e in examples(event) if e.get("action") == action]
+    return json.loads(json.dumps(matching[index]))  # a private copy to edit
+
+
+def delivery_headers(
+    body: bytes, event: str, delivery: str | None = None, secret: bytes = SECRET
+) -> dict[str, str]:
+    return {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": sign(secret, body),
+        "Content-Type": "application/json",
+        "User-Agent": "GitHub-Hookshot/test",
+    }
+
+
+def labeled(agent: str = "claude-code", *, installation: int = 4242) -> dict[str, Any]:
+    """GitHub's `issues.labeled` example, with an agent label and an installation."""
+    payload = example("issues", "labeled")
+    payload["label"]["name"] = f"agent:{agent}"
+    payload["installation"] = {"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uNDI0Mg=="}
+    return payload

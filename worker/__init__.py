@@ -1,0 +1,1 @@
+"""Baton's deterministic worker: everything that happens after the queue."""
