@@ -16,8 +16,10 @@ from starlette.routing import Route
 
 from bot import queues
 from bot.enqueue import Enqueuer
+from bot.logs import DeliveryLog
 from bot.metrics import Metrics
 from bot.settings import Settings
+from bot.types import ASGIApp, Receive, Scope, Send
 from bot.webhooks import WebhookEndpoint
 
 WEBHOOK_PATH = "/api/github/webhooks"
@@ -34,7 +36,7 @@ def redis_client(url: str, timeout: float) -> aioredis.Redis:
     )
 
 
-def create_app(settings: Settings, redis_url: str | None) -> Starlette:
+def create_app(settings: Settings, redis_url: str | None, delivery_log: DeliveryLog | None = None) -> ASGIApp:
     """Build the app. ``redis_url`` None (only in setup mode) means nothing can be stored."""
     metrics = Metrics()
     client = redis_client(redis_url, settings.redis_timeout) if redis_url else None
@@ -45,6 +47,7 @@ def create_app(settings: Settings, redis_url: str | None) -> Starlette:
         app_id=int(settings.app_id) if settings.app_id else None,
         enqueuer=enqueuer if not settings.setup_mode else None,
         metrics=metrics,
+        log=delivery_log or DeliveryLog(),
     )
 
     async def healthz(_: Request) -> Response:
@@ -82,7 +85,7 @@ def create_app(settings: Settings, redis_url: str | None) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route(WEBHOOK_PATH, webhook, methods=["POST"]),
+            Route(WEBHOOK_PATH, webhook, methods=["POST"]),  # reached only by non-POST (405)
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
@@ -90,4 +93,24 @@ def create_app(settings: Settings, redis_url: str | None) -> Starlette:
         lifespan=lifespan,
     )
     app.state.metrics = metrics
-    return app
+    return _FastPath(app, webhook)
+
+
+class _FastPath:
+    """Send POST /api/github/webhooks straight to its endpoint, everything else to Starlette.
+
+    Starlette's middleware and router cost ~20 µs a request; at thousands of
+    deliveries a second that is a tenth of the budget. The endpoint handles its
+    own errors, so it loses nothing by skipping them.
+    """
+
+    def __init__(self, app: Starlette, webhook: WebhookEndpoint) -> None:
+        self.app = app
+        self.webhook = webhook
+        self.state = app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == WEBHOOK_PATH and scope["method"] == "POST":
+            await self.webhook(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,13 @@ def server_binary() -> str:
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "baton"
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies, even by SIGKILL (Linux only)."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -94,7 +103,13 @@ class EmbeddedRedis:
                 "--loglevel", "warning",
             ]  # fmt: skip
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+                args,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                # Own session: a Ctrl-C meant for `baton serve` must not kill Redis
+                # before serve has drained. The kernel still stops it if we die.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets a prctl flag
             )
             url = f"redis://:{password}@127.0.0.1:{port}/0"
             if self._wait_ready(url):

@@ -9,23 +9,20 @@ Checks run cheapest first, and nothing is stored unless every check passed.
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
 from bot import signature
 from bot.enqueue import Enqueuer, prepare
 from bot.errors import RedisUnavailable
+from bot.logs import DeliveryLog, timestamp
 from bot.metrics import Metrics
 from bot.routing import Ignored, PayloadError, installation_id, route, sender
 from bot.tasks import Task
 from bot.types import Receive, Scope, Send
-
-log = logging.getLogger("baton.webhooks")
 
 #: GitHub's delivery ids are GUIDs; RQ job ids allow letters, digits, '-' and '_'.
 DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
@@ -61,12 +58,14 @@ class WebhookEndpoint:
         app_id: int | None,
         enqueuer: Enqueuer | None,
         metrics: Metrics,
+        log: DeliveryLog,
     ) -> None:
         self.secrets = secrets
         self.max_body_bytes = max_body_bytes
         self.app_id = app_id
         self.enqueuer = enqueuer
         self.metrics = metrics
+        self.log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -88,16 +87,15 @@ class WebhookEndpoint:
             }
         )
         await send({"type": "http.response.body", "body": body})
-        log.info(
-            "delivery",
-            extra={
+        self.log.write(
+            {
                 "delivery": delivery[:100] or None,
                 "event": event[:100] or None,
-                "action": action,
+                "action": action[:100] if action else None,
                 "outcome": answer.outcome,
                 "status": answer.status,
                 "latency_ms": round((time.perf_counter() - started) * 1000, 3),
-            },
+            }
         )
 
     async def _handle(
@@ -167,7 +165,7 @@ class WebhookEndpoint:
                 number=routed.number,
                 head_sha=routed.head_sha,
                 sender=sender(payload),
-                received_at=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                received_at=timestamp(time.time()),
                 payload_sha256=hashlib.sha256(raw).hexdigest(),
                 agent=routed.agent,
                 command=routed.command,

@@ -26,12 +26,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 
 @pytest.fixture
-def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
+def redis_url(redis_server: EmbeddedRedis) -> str:
     """The session server, emptied before each test."""
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()
-    yield redis_server.url
+    return redis_server.url
 
 
 @pytest.fixture

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import uvicorn
 
 from bot import logs, redis_server, settings
 from bot.app import WEBHOOK_PATH, create_app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after a graceful stop, which would skip our cleanup
+    (stopping the worker and the embedded Redis); here a signal only asks it to exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,17 +57,21 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        uvicorn.run(
-            create_app(config, url),
-            host=config.host,
-            port=config.port,
-            loop="uvloop" if sys.platform != "win32" else "asyncio",
-            http="httptools",
-            lifespan="on",
-            access_log=False,
-            log_config=None,
-            server_header=False,
+        server = _Server(
+            uvicorn.Config(
+                create_app(config, url),
+                host=config.host,
+                port=config.port,
+                loop="uvloop" if sys.platform != "win32" else "asyncio",
+                http="httptools",
+                lifespan="on",
+                access_log=False,
+                log_config=None,
+                server_header=False,
+                proxy_headers=False,  # Baton never uses the client address
+            )
         )
+        server.run()
     finally:
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import logging
 import socket
 import threading
 import time
@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 
 from bot import queues
 from bot.app import WEBHOOK_PATH, create_app
+from bot.logs import DeliveryLog
 from bot.settings import Settings
 from bot.signature import sign
 from tests.conftest import SECRET, delivery_headers, example, labeled
@@ -142,7 +143,9 @@ def test_bad_headers_are_refused_and_store_nothing(
         (b'{"action": "labeled", "label": {"name": "agent:x"}}', "bad-payload"),
     ],
 )
-def test_bodies_that_are_not_a_payload_are_refused(client: TestClient, rdb: redis.Redis, body: bytes, code: str) -> None:
+def test_bodies_that_are_not_a_payload_are_refused(
+    client: TestClient, rdb: redis.Redis, body: bytes, code: str
+) -> None:
     r = _raw(client, body, delivery_headers(body, "issues"))
     assert r.status_code == 400
     assert r.json()["error"] == code
@@ -297,27 +300,38 @@ def test_health_ready_and_metrics(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert 'baton_deliveries_total{outcome="queued"} 1' in text
     assert 'baton_deliveries_total{outcome="ignored"} 1' in text
-    assert 'baton_enqueue_seconds_count 1' in text
+    assert "baton_enqueue_seconds_count 1" in text
     assert f'baton_queue_depth{{queue="{queues.AGENTS.name}"}} 1' in text
     assert f'baton_queue_depth{{queue="{queues.GATES.name}"}} 0' in text
 
 
-def test_one_log_line_per_delivery_without_secret_or_body(
-    client: TestClient, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_one_log_line_per_delivery_without_secret_or_body(redis_url: str) -> None:
+    stream = io.BytesIO()
+    log = DeliveryLog(stream, enabled=True)
     payload = labeled()
     payload["issue"]["body"] = "UNIQUE-BODY-MARKER please leak this"
     delivery = str(uuid.uuid4())
-    with caplog.at_level(logging.INFO, logger="baton.webhooks"):
-        post(client, payload, delivery=delivery)
-    records = [r for r in caplog.records if r.name == "baton.webhooks"]
-    assert len(records) == 1
-    rec = records[0]
-    assert (rec.delivery, rec.event, rec.action, rec.outcome) == (delivery, "issues", "labeled", "queued")  # type: ignore[attr-defined]
-    assert rec.latency_ms >= 0  # type: ignore[attr-defined]
-    from bot.logs import JsonFormatter
-
-    line = JsonFormatter().format(rec)
-    assert orjson.loads(line)["delivery"] == delivery
-    assert "UNIQUE-BODY-MARKER" not in line
-    assert SECRET.decode() not in line
+    with TestClient(create_app(settings(), redis_url, log)) as c:
+        post(c, payload, delivery=delivery)
+        post(c, {"zen": "z"}, event="ping")
+        bad = json.dumps(labeled()).encode()
+        c.post(
+            WEBHOOK_PATH,
+            content=bad,
+            headers={**delivery_headers(bad, "issues"), "X-Hub-Signature-256": "sha256=" + "0" * 64},
+        )
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["outcome"] for line in lines] == ["queued", "ping", "invalid-signature"]
+    first = lines[0]
+    assert (first["delivery"], first["event"], first["action"], first["status"]) == (
+        delivery,
+        "issues",
+        "labeled",
+        202,
+    )
+    assert first["latency_ms"] >= 0
+    assert first["ts"].endswith("Z")
+    text = stream.getvalue().decode()
+    assert "UNIQUE-BODY-MARKER" not in text
+    assert SECRET.decode() not in text
+    assert sign(SECRET, bad) not in text

@@ -1,0 +1,176 @@
+"""`baton serve` and `baton worker` as real processes: embedded Redis and REDIS_URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from bot.app import WEBHOOK_PATH
+from tests.conftest import SECRET, delivery_headers, labeled
+from worker.jobs import RECORD_PREFIX
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "WEBHOOK_SECRET", "APP_ID")}
+    env.update({"XDG_CACHE_HOME": str(tmp_path / "cache"), "LOG_LEVEL": "WARNING"}, **extra)
+    return env
+
+
+def _baton(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start baton with its output in a log file beside the cache (pipes could fill and block it)."""
+    log = Path(env["XDG_CACHE_HOME"]).parent / f"baton-{args[0]}-{uuid.uuid4().hex[:6]}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bot.cli", *args], env=env, stdout=out, stderr=out)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _output(proc: subprocess.Popen[bytes]) -> str:
+    return proc.log.read_text()[-3000:]  # type: ignore[attr-defined, no-any-return]
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"baton exited early: {_output(proc)}")
+        try:
+            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    pytest.fail("baton serve never became ready")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _deliver_and_wait(base: str, client: redis.Redis) -> None:
+    body = json.dumps(labeled()).encode()
+    delivery = str(uuid.uuid4())
+    r = httpx.post(
+        base + WEBHOOK_PATH, content=body, headers=delivery_headers(body, "issues", delivery), timeout=5
+    )
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if client.hget(RECORD_PREFIX + delivery, "state") == b"done":
+            return
+        time.sleep(0.1)
+    pytest.fail("the worker never recorded the task")
+
+
+@pytest.fixture
+def port() -> int:
+    return _free_port()
+
+
+def test_serve_with_worker_on_the_embedded_server(tmp_path: Path, port: int) -> None:
+    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
+    serve = _baton("serve", "--worker", env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, serve)
+        state_file = tmp_path / "cache" / "baton" / "redis" / "server.json"
+        assert oct(state_file.stat().st_mode & 0o777) == "0o600"
+        url = json.loads(state_file.read_text())["url"]
+        client = redis.Redis.from_url(url)
+        _deliver_and_wait(base, client)
+
+        # A separate `baton worker` finds the same embedded server by itself.
+        lone = _baton("worker", "--queues", "baton-agents", "--burst", env=env)
+        assert lone.wait(timeout=60) == 0, _output(lone)
+        client.close()
+    finally:
+        assert _stop(serve) == 0, _output(serve)
+    assert not state_file.exists()
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+
+
+def test_serve_and_worker_as_separate_processes_on_redis_url(
+    tmp_path: Path, port: int, redis_url: str
+) -> None:
+    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url)
+    serve = _baton("serve", env=env)
+    work = _baton("worker", env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, serve)
+        client = redis.Redis.from_url(redis_url)
+        _deliver_and_wait(base, client)
+        # The supervisor runs one process per pool: gates+control and agents.
+        workers = client.smembers("rq:workers")
+        assert len(workers) == 2
+        client.close()
+    finally:
+        assert _stop(work) == 0, _output(work)
+        assert _stop(serve) == 0, _output(serve)
+
+
+def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) -> None:
+    serve = _baton("serve", env=_env(tmp_path, PORT=str(port)))
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, serve)
+        body = json.dumps(labeled()).encode()
+        r = httpx.post(base + WEBHOOK_PATH, content=body, headers=delivery_headers(body, "issues"), timeout=5)
+        assert r.status_code == 503
+        assert httpx.get(base + "/healthz").json()["setup_mode"] is True
+    finally:
+        _stop(serve)
+    assert "SETUP MODE" in _output(serve)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (("serve",), {"APP_ID": "abc"}, "APP_ID must be the App's numeric id"),
+        (("serve",), {"BATON_MAX_BODY": "1"}, "unknown setting BATON_MAX_BODY"),
+        (("serve",), {"PRIVATE_KEY_PATH": "/nonexistent/key.pem"}, "PRIVATE_KEY_PATH=/nonexistent/key.pem"),
+        (("serve",), {"LOG_LEVEL": "loud"}, "LOG_LEVEL must be one of"),
+        (("worker",), {}, "no `baton serve` with an embedded Redis is running"),
+        (
+            ("worker", "--queues", "nope"),
+            {"REDIS_URL": "redis://127.0.0.1:1/0"},
+            "--queues must name Baton queues",
+        ),
+    ],
+)
+def test_bad_settings_give_one_clear_line(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args], env=_env(tmp_path, **env), capture_output=True, text=True,
+        timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
