@@ -335,3 +335,23 @@ def test_one_log_line_per_delivery_without_secret_or_body(redis_url: str) -> Non
     assert "UNIQUE-BODY-MARKER" not in text
     assert SECRET.decode() not in text
     assert sign(SECRET, bad) not in text
+
+
+def test_recovers_when_redis_forgets_the_script(client: TestClient, rdb: redis.Redis) -> None:
+    """After a Redis restart the script cache is empty: the delivery is still stored once."""
+    assert post(client, labeled()).status_code == 202
+    rdb.script_flush()
+    delivery = str(uuid.uuid4())
+    assert post(client, labeled(), delivery=delivery).status_code == 202
+    assert post(client, labeled(), delivery=delivery).status_code == 200
+    assert queued_ids(rdb, queues.AGENTS).count(delivery) == 1
+
+
+def test_a_dropped_connection_costs_no_delivery(client: TestClient, rdb: redis.Redis) -> None:
+    """Redis closed Baton's connection (restart, idle timeout): the next delivery still lands."""
+    assert post(client, labeled()).status_code == 202
+    killed = rdb.client_kill_filter(_type="normal", skipme=True)
+    assert killed >= 1
+    r = post(client, labeled())
+    assert r.status_code == 202, r.text
+    assert len(queued_ids(rdb, queues.AGENTS)) == 2
