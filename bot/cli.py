@@ -18,9 +18,6 @@ from bot.errors import BatonError
 COMMANDS: tuple[str, ...] = (
     "bot.commands.serve",
     "worker.commands.worker",
-    "worker.commands.policy",
-    "worker.commands.gate",
-    "emulator.command",
 )
 
 

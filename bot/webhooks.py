@@ -122,6 +122,8 @@ class WebhookEndpoint:
             ), None
         if not event:
             return _error(400, "missing-event", "X-GitHub-Event header is required"), None
+        if not delivery:
+            return _error(400, "missing-delivery", "X-GitHub-Delivery header is required"), None
         if not DELIVERY_ID.fullmatch(delivery):
             return _error(
                 400, "bad-delivery-id", "X-GitHub-Delivery must be a GUID (letters, digits, dashes)"

@@ -117,7 +117,7 @@ BODY = json.dumps(labeled()).encode()
             "missing-signature",
         ),
         (lambda h: h.pop("X-GitHub-Event"), 400, "missing-event"),
-        (lambda h: h.pop("X-GitHub-Delivery"), 400, "bad-delivery-id"),
+        (lambda h: h.pop("X-GitHub-Delivery"), 400, "missing-delivery"),
         (lambda h: h.update({"X-GitHub-Delivery": "../../etc"}), 400, "bad-delivery-id"),
     ],
 )

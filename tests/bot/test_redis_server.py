@@ -1,0 +1,66 @@
+"""The embedded Redis-protocol server: both binaries, and it never outlives Baton."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot.redis_server import EmbeddedRedis, bundled_valkey, server_binary
+
+
+def test_the_bundled_valkey_binary_serves_with_a_password(tmp_path: Path) -> None:
+    """The fallback for machines without redis-server (the README's fresh-machine path)."""
+    with EmbeddedRedis(data_dir=tmp_path, durable=True, binary=bundled_valkey()) as server:
+        client = redis.Redis.from_url(server.url)
+        assert client.ping()
+        assert client.info("server")["server_name"] == "valkey"
+        assert client.config_get("appendonly")["appendonly"] == "yes"
+        client.close()
+        anonymous = redis.Redis(host="127.0.0.1", port=int(server.url.rsplit(":", 1)[1].split("/")[0]))
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.set("x", "1")
+        anonymous.close()
+
+
+def test_redis_server_on_path_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert server_binary() == str(fake)
+
+
+def test_the_server_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None:
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from bot.redis_server import EmbeddedRedis\n"
+        f"s = EmbeddedRedis(data_dir=Path({str(tmp_path)!r}), durable=False)\n"
+        "print(s.start(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    url = parent.stdout.readline().strip()
+    parent.stdout.close()
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+    assert client.ping()
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            client.ping()
+        except redis.ConnectionError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the embedded server outlived its parent")
+    client.close()
