@@ -18,6 +18,8 @@ from bot.errors import BatonError
 COMMANDS: tuple[str, ...] = (
     "bot.commands.serve",
     "worker.commands.worker",
+    "worker.commands.policy",
+    "worker.commands.gate",
 )
 
 

@@ -1,0 +1,90 @@
+"""What Baton knows about the tools agent CLIs expose: the one place tags live.
+
+Tags are conservative: a tool gets an axis if it *can* touch it, not if it
+usually does. The policy's ``tools:`` section may add tags to these (never
+remove them) and declare tools Baton does not know. A tool that is neither here
+nor declared counts as all three axes, because a tool we cannot describe is a
+tool we cannot bound.
+
+Two facts about a tool are not tags. ``runs_code``: a shell can reach the network
+unless Baton cuts it off at run time, so it counts as unrestricted egress while
+no cut-off exists (decided per task in decide.py). Model keys: see MODEL_KEYS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from worker.policy.model import ALL_AXES, Axis
+
+P, U, E = Axis.PRIVATE_DATA, Axis.UNTRUSTED_INPUT, Axis.EXTERNAL_COMM
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    tags: frozenset[Axis]
+    summary: str
+    runs_code: bool = False
+
+
+def _spec(name: str, tags: set[Axis], summary: str, *, runs_code: bool = False) -> ToolSpec:
+    return ToolSpec(name, frozenset(tags), summary, runs_code)
+
+
+CATALOGUE: Mapping[str, ToolSpec] = MappingProxyType(
+    {
+        s.name: s
+        for s in (
+            # The worktree itself is covered by the task's facts (a private repo is
+            # private_data; issue text is untrusted_input), so these add nothing.
+            _spec("read_repo", set(), "read files in the task's worktree"),
+            _spec("search_repo", set(), "grep/glob inside the task's worktree"),
+            _spec("edit_files", set(), "write files inside the task's worktree"),
+            _spec("run_shell", set(), "run commands (tests, builds)", runs_code=True),
+            _spec("web_fetch", {U, E}, "fetch a URL: the URL can carry data out, the page is attacker text"),
+            _spec("web_search", {U, E}, "search the web: the query leaves, results are attacker text"),
+            _spec("browser", {P, U, E}, "drive a browser: cookies, arbitrary pages and requests"),
+            _spec("git_push", {E}, "push to a remote: data leaves the box"),
+            _spec("github_api_read", {P, U}, "read issues, PRs and other repositories via the API"),
+            _spec("github_api_write", {U, E}, "comment, open issues or PRs: publishes, and reads replies"),
+            _spec("read_secrets", {P}, "read credentials or secret stores"),
+            _spec("mcp", {P, U, E}, "a generic MCP server: capabilities unknown"),
+        )
+    }
+)
+
+#: Env names that are model keys, and the model endpoint each is only useful for.
+#: A key counts as "the model key" (exempt from private_data) only when its
+#: endpoint is in the agent's model_endpoints; every other env name passed to an
+#: agent is private_data. Keying on the endpoint, not on list position, means an
+#: admin cannot exempt GITHUB_TOKEN by listing it first.
+MODEL_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "ANTHROPIC_API_KEY": "api.anthropic.com",
+        "OPENAI_API_KEY": "api.openai.com",
+        "GEMINI_API_KEY": "generativelanguage.googleapis.com",
+        "GOOGLE_API_KEY": "generativelanguage.googleapis.com",
+        "MISTRAL_API_KEY": "api.mistral.ai",
+        "DEEPSEEK_API_KEY": "api.deepseek.com",
+        "GROQ_API_KEY": "api.groq.com",
+        "OPENROUTER_API_KEY": "openrouter.ai",
+    }
+)
+
+
+def is_model_key(env_name: str, model_endpoints: tuple[str, ...]) -> bool:
+    host = MODEL_KEYS.get(env_name)
+    return host is not None and host in model_endpoints
+
+
+def tool_tags(name: str, declared: Mapping[str, frozenset[Axis]]) -> tuple[frozenset[Axis], bool]:
+    """(tags, known): catalogue tags plus any the policy adds; unknown means all three."""
+    spec = CATALOGUE.get(name)
+    extra = declared.get(name)
+    if spec is None and extra is None:
+        return ALL_AXES, False
+    tags = spec.tags if spec is not None else frozenset()
+    return (tags | extra if extra is not None else tags), True

@@ -1,0 +1,131 @@
+"""From baton.yml bytes to a validated document, and from an org document to a ceiling.
+
+Checks run in this order, and every failure names file:line:col:
+1. YAML reading (_yaml.py): size cap, syntax, anchors/aliases, tags, duplicate
+   keys, non-string keys, depth. These stop at the first problem because the
+   rest of the file cannot be trusted to mean what it says.
+2. The JSON Schema (schema.py) via _validate.py: unknown keys, types, enums,
+   patterns, ranges. All findings are reported at once.
+3. What a schema cannot say: two gates with the same name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.policy import _yaml
+from worker.policy._validate import Path, show_path, validate
+from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
+from worker.policy.errors import INVALID, PolicyError, Problem
+from worker.policy.model import Agent, Axis, Gate, Limits, Permission, Policy, Trigger, parse_duration
+from worker.policy.schema import SCHEMA
+
+
+@dataclass(frozen=True)
+class PolicyDoc:
+    """A validated policy file: its plain data and where each value sits in it."""
+
+    filename: str
+    data: Mapping[str, Any]
+    marks: Mapping[Path, tuple[int, int]] = field(default_factory=dict, repr=False)
+    key_marks: Mapping[Path, tuple[int, int]] = field(default_factory=dict, repr=False)
+
+    def problem(self, path: Path, message: str, *, at_key: bool = False) -> Problem:
+        """A problem at ``path``, or at its nearest located ancestor."""
+        marks = self.key_marks if at_key and path in self.key_marks else self.marks
+        line, col = _locate(marks, path)
+        return Problem(self.filename, line, col, message)
+
+
+def _locate(marks: Mapping[Path, tuple[int, int]], path: Path) -> tuple[int, int]:
+    for end in range(len(path), -1, -1):
+        found = marks.get(path[:end])
+        if found is not None:
+            return found
+    return (1, 1)
+
+
+def parse(data: str | bytes, filename: str) -> PolicyDoc:
+    """Read and validate one policy file; raise PolicyError listing every problem."""
+    try:
+        located = _yaml.read(data)
+    except _yaml.YamlProblem as exc:
+        raise PolicyError(INVALID, [Problem(filename, exc.line, exc.col, exc.message)]) from None
+    doc = PolicyDoc(filename, {}, located.marks, located.key_marks)
+    problems = [doc.problem(f.path, f.message, at_key=f.at_key) for f in validate(SCHEMA, located.value)]
+    if not problems and isinstance(located.value, dict):
+        doc = PolicyDoc(filename, located.value, located.marks, located.key_marks)
+        problems = _semantic(doc)
+    if problems:
+        raise PolicyError(INVALID, sorted(set(problems)))
+    return doc
+
+
+def _semantic(doc: PolicyDoc) -> list[Problem]:
+    problems = []
+    seen: dict[str, int] = {}
+    for index, gate in enumerate(doc.data.get("gates", ())):
+        first = seen.setdefault(gate["name"], index)
+        if first != index:
+            path: Path = ("gates", index, "name")
+            problems.append(
+                doc.problem(
+                    path, f"{show_path(path)}: gate {gate['name']!r} is already defined at gates[{first}]"
+                )
+            )
+    return problems
+
+
+# --- documents to policies -------------------------------------------------------
+
+
+def agent_from(data: Mapping[str, Any]) -> Agent:
+    """An agent entry as written; omitted optional fields take the safe empty default."""
+    command = data.get("command")
+    return Agent(
+        adapter=data["adapter"],
+        tools=tuple(data["tools"]),
+        model_endpoints=tuple(data.get("model_endpoints", ())),
+        egress=tuple(data.get("egress", ())),
+        env=tuple(data.get("env", ())),
+        timeout=parse_duration(data.get("timeout", "30m")),
+        command=tuple(command) if command is not None else None,
+    )
+
+
+def gate_from(data: Mapping[str, Any]) -> Gate:
+    return Gate(name=data["name"], run=data["run"], timeout=parse_duration(data.get("timeout", "10m")))
+
+
+def org_policy(doc: PolicyDoc | None) -> Policy:
+    """The ceiling: the org file over the built-in defaults, or the defaults alone.
+
+    The org admin sets the ceiling, so the org file may be wider than the
+    defaults: each section it writes replaces the default section (fields of
+    ``trigger`` and ``limits`` one by one). Only ``ALWAYS_PROTECTED`` cannot be
+    removed.
+    """
+    if doc is None:
+        return DEFAULT_POLICY
+    d = doc.data
+    base = DEFAULT_POLICY
+    trigger = d.get("trigger", {})
+    limits = d.get("limits", {})
+    agents = d.get("agents")
+    tools = d.get("tools", {})
+    return Policy(
+        trigger=Trigger(
+            min_permission=Permission(trigger.get("min_permission", base.trigger.min_permission)),
+            allow_bots=tuple(trigger.get("allow_bots", base.trigger.allow_bots)),
+        ),
+        agents=base.agents if agents is None else {name: agent_from(a) for name, a in agents.items()},
+        tools={name: frozenset(Axis(t) for t in tags) for name, tags in tools.items()},
+        protected_paths=(*ALWAYS_PROTECTED, *d.get("paths", {}).get("protected", ())),
+        gates=tuple(gate_from(g) for g in d.get("gates", ())),
+        limits=Limits(
+            max_concurrent_runs=int(limits.get("max_concurrent_runs", base.limits.max_concurrent_runs)),
+            max_diff_lines=int(limits.get("max_diff_lines", base.limits.max_diff_lines)),
+        ),
+    )

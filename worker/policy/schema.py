@@ -1,0 +1,140 @@
+"""The JSON Schema of baton.yml v1: the single source of truth for its shape.
+
+The runtime validator (_validate.py) interprets this very dict, and the file
+editors use, ``schemas/baton-policy.schema.json``, is generated from it
+(``baton policy schema > schemas/baton-policy.schema.json``); a test
+fails if the two drift. Checks a schema cannot express (duplicate keys, gate
+names, anchors) live in load.py and are listed there.
+
+Patterns end in ``(?![\\s\\S])`` rather than ``$`` because in Python ``$`` also
+matches before a trailing newline; the lookahead means "end of string" in both
+Python and ECMA-262 (what editors run).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.policy.model import SCHEMA_VERSION, Axis, Permission
+
+_END = r"(?![\s\S])"
+
+
+def _pattern(body: str, title: str) -> dict[str, Any]:
+    return {"type": "string", "title": title, "pattern": f"^{body}{_END}"}
+
+
+ADAPTERS = ("claude-code", "codex", "gemini", "aider", "goose", "opencode", "script", "command")
+
+_DURATION = _pattern("[1-9][0-9]{0,4}[smh]", "duration like 30m, 10s or 2h")
+_HOST = _pattern(
+    r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*",
+    "lower-case host name like api.example.com (no scheme, port or path)",
+)
+_ENV = _pattern("[A-Za-z_][A-Za-z0-9_]{0,127}", "environment variable name like API_KEY")
+_TOOL = _pattern("[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "tool name like web_fetch")
+_AGENT = _pattern(
+    "[a-z0-9][a-z0-9._-]{0,49}", "agent name like claude-code (lower case, used in agent:<name>)"
+)
+_BOT = _pattern(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?", "GitHub login like dependabot[bot]")
+
+
+def _set_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item, "uniqueItems": True, "maxItems": 256}
+
+
+_AXES = {"type": "string", "enum": [str(a) for a in Axis]}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Baton policy (baton.yml), schema version 1",
+    "description": (
+        "Org ceiling in the org's .github repository (baton.yml) or a repository's narrowing "
+        "(.github/baton.yml). A repository may only narrow the org policy."
+    ),
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["version"],
+    "properties": {
+        "version": {"const": SCHEMA_VERSION, "description": "Schema version; this Baton reads 1."},
+        "trigger": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "Who may assign an issue to an agent with the agent:<name> label.",
+            "properties": {
+                "min_permission": {"type": "string", "enum": [str(p) for p in Permission]},
+                "allow_bots": _set_of(_BOT),
+            },
+        },
+        "agents": {
+            "type": "object",
+            "description": "Agent name -> how to run it.",
+            "maxProperties": 64,
+            "propertyNames": _AGENT,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["adapter", "tools"],
+                "properties": {
+                    "adapter": {"type": "string", "enum": list(ADAPTERS)},
+                    "tools": _set_of(_TOOL),
+                    "model_endpoints": _set_of(_HOST),
+                    "egress": _set_of(_HOST),
+                    "env": _set_of(_ENV),
+                    "timeout": _DURATION,
+                    "command": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 256,
+                        "items": {"type": "string", "minLength": 1, "maxLength": 4096},
+                    },
+                },
+                "if": {"properties": {"adapter": {"const": "command"}}, "required": ["adapter"]},
+                "then": {"required": ["command"]},
+                "else": {"properties": {"command": False}},
+            },
+        },
+        "tools": {
+            "type": "object",
+            "description": "Extra tools, or stricter tags for known ones: name -> capabilities.",
+            "maxProperties": 256,
+            "propertyNames": _TOOL,
+            "additionalProperties": _set_of(_AXES),
+        },
+        "paths": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "protected": _set_of({"type": "string", "minLength": 1, "maxLength": 1024}),
+            },
+        },
+        "gates": {
+            "type": "array",
+            "maxItems": 64,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "run"],
+                "properties": {
+                    "name": _TOOL | {"title": "gate name like tests"},
+                    "run": {"type": "string", "minLength": 1, "maxLength": 4096},
+                    "timeout": _DURATION,
+                },
+            },
+        },
+        "limits": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_concurrent_runs": {"type": "integer", "minimum": 1, "maximum": 64},
+                "max_diff_lines": {"type": "integer", "minimum": 1, "maximum": 1000000},
+            },
+        },
+    },
+}
+
+
+def schema_text() -> str:
+    """The published file's exact contents."""
+    return json.dumps(SCHEMA, indent=2, sort_keys=False) + "\n"
