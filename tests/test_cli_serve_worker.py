@@ -18,7 +18,7 @@ import redis
 
 from bot.app import WEBHOOK_PATH
 from tests.conftest import SECRET, delivery_headers, labeled
-from worker.jobs import RECORD_PREFIX
+from worker import lifecycle
 
 
 def _free_port() -> int:
@@ -79,10 +79,14 @@ def _deliver_and_wait(base: str, client: redis.Redis) -> None:
     assert r.status_code == 202, r.text
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if client.hget(RECORD_PREFIX + delivery, "state") == b"done":
+        state = lifecycle.current(client, delivery)
+        if state in lifecycle.TERMINAL:
+            # No App credentials in this test: the run ends failed, saying why.
+            assert state == lifecycle.State.FAILED
+            assert b"no-app-credentials" in (client.hget(lifecycle.PREFIX + delivery, "detail") or b"")
             return
         time.sleep(0.1)
-    pytest.fail("the worker never recorded the task")
+    pytest.fail("the worker never finished the task")
 
 
 @pytest.fixture

@@ -1,73 +1,73 @@
 """The job function every Baton queue runs: ``run_task(task)``.
 
-``plan(task)`` is the decision: a pure function of the task. ``run_task`` is
-the edge: it reads the task RQ handed over, calls ``plan``, and records the
-outcome in Redis. Later issues give each kind real work (authorise, load
-policy, decide, run, gate, report); the shape stays: decide purely, then act.
+Its shape is the same for every kind: mark the task running, let its handler
+gather fresh state and decide (``worker.handlers``), commit the terminal state,
+then publish to GitHub. Errors Baton raises on purpose end the task ``failed``
+with their message, on the issue where there is one; anything else also ends
+it ``failed`` and is re-raised so RQ keeps the traceback.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import logging
 from typing import Any
 
-import redis
-from rq import get_current_job
+from bot.errors import BatonError
+from bot.tasks import Task
+from worker import context, lifecycle
+from worker.context import Context
+from worker.github import api
+from worker.handlers import HANDLERS, Result, failed
+from worker.lifecycle import State
+from worker.status import is_status_comment, render
 
-from bot.tasks import Kind, Task
-
-RECORD_PREFIX = "baton:task:"
-#: Task records outlive the RQ job hash so operators can look a delivery up later.
-RECORD_TTL_S = 30 * 24 * 3600
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    task_id: str
-    kind: str
-    state: str
-    summary: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"task_id": self.task_id, "kind": self.kind, "state": self.state, "summary": self.summary}
-
-
-def _where(task: Task) -> str:
-    repo = task.repository.full_name if task.repository else f"installation {task.installation_id}"
-    return f"{repo}#{task.number}" if task.number is not None else repo
-
-
-def plan(task: Task) -> Outcome:
-    """What Baton does with a task. Pure: same task, same outcome, same bytes."""
-    where = _where(task)
-    summaries: dict[Kind, str] = {
-        Kind.AGENT_RUN: f"agent run of {task.agent!r} for {where} recorded",
-        Kind.CANCEL: f"cancel for {where} recorded",
-        Kind.COMMAND: f"command {task.command.name if task.command else '?'} for {where} recorded",
-        Kind.MERGE_GATE: f"merge gate for {where} at {task.head_sha} recorded",
-        Kind.GATE_RERUN: f"merge-gate rerun for {where} at {task.head_sha} recorded",
-        Kind.CHECK_ACTION: f"check-run action for {where} recorded",
-        Kind.INSTALLATION_SYNC: f"installation sync for {where} recorded",
-    }
-    return Outcome(task_id=task.id, kind=task.kind.value, state="done", summary=summaries[task.kind])
-
-
-def record(connection: redis.Redis, outcome: Outcome) -> None:
-    key = RECORD_PREFIX + outcome.task_id
-    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    with connection.pipeline() as pipe:
-        pipe.hset(key, mapping={**outcome.to_dict(), "finished_at": stamp})  # type: ignore[dict-item]
-        pipe.expire(key, RECORD_TTL_S)
-        pipe.execute()
+log = logging.getLogger("baton.jobs")
 
 
 def run_task(data: dict[str, Any]) -> dict[str, str]:
     """RQ entry point (named in bot.queues.JOB_FUNCTION)."""
-    task = Task.from_dict(data)
-    outcome = plan(task)
-    job = get_current_job()
-    if job is None:
-        raise RuntimeError("run_task runs only inside an RQ worker")
-    record(job.connection, outcome)
-    return outcome.to_dict()
+    return execute(context.current(), Task.from_dict(data))
+
+
+def execute(ctx: Context, task: Task) -> dict[str, str]:
+    lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value)
+    unexpected: Exception | None = None
+    try:
+        result = HANDLERS[task.kind](ctx, task)
+    except BatonError as exc:
+        result = failed(task, exc)
+    except Exception as exc:  # recorded, then re-raised for RQ
+        unexpected = exc
+        result = failed(task, BatonError("internal-error", f"{type(exc).__name__} (see the worker log)"))
+    lifecycle.move(ctx.redis, task.id, result.state, result.detail, **result.fields)
+    published = publish(ctx, task, result)
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
+                            "detail": result.detail, "published": published})  # fmt: skip
+    if unexpected is not None:
+        raise unexpected
+    return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+
+
+def publish(ctx: Context, task: Task, result: Result) -> str:
+    """Tell the issue. A failure here is recorded on the task, never hidden."""
+    if result.status is None or task.number is None or task.repository is None or ctx.github is None:
+        return "nothing to publish"
+    if task.installation_id is None:
+        return "no installation"
+    gh = ctx.github.for_repository(task.installation_id, task.repository.full_name, "report")
+
+    def ours(comment: dict[str, Any]) -> bool:
+        via = comment.get("performed_via_github_app")
+        return (
+            is_status_comment(comment.get("body")) and isinstance(via, dict) and via.get("id") == ctx.app_id
+        )
+
+    try:
+        comment_id = api.upsert_comment(
+            gh, task.repository.full_name, task.number, render(result.status), ours
+        )
+    except BatonError as exc:
+        ctx.redis.hset(lifecycle.PREFIX + task.id, "publish_error", exc.message)
+        return f"status comment failed: {exc.message}"
+    ctx.redis.hset(lifecycle.PREFIX + task.id, "comment_id", str(comment_id))
+    return f"status comment {comment_id}"

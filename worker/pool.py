@@ -24,6 +24,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from bot import queues
+from worker import context
 
 log = logging.getLogger("baton.worker")
 
@@ -59,6 +60,7 @@ def parse_queues(text: str) -> tuple[str, ...]:
 
 def work(redis_url: str, queue_names: Sequence[str], *, burst: bool = False) -> int:
     """Run one RQ worker in this process until told to stop (or, in burst mode, until idle)."""
+    context.configure(redis_url)
     connection = redis.Redis.from_url(redis_url)
     rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
     worker = Worker(rq_queues, connection=connection, serializer=JSONSerializer)

@@ -1,0 +1,61 @@
+"""What a job needs besides its task: Redis, the GitHub App, and where evidence lives.
+
+Built once per worker process from the environment and reused by every job.
+Without APP_ID and a private key the worker still runs, and every task that
+needs GitHub ends `failed` with that reason, rather than being silently dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import redis
+
+from bot import settings
+from bot.errors import ConfigError
+from worker.github.client import AppCredentials, GitHubApp
+
+
+@dataclass(frozen=True)
+class Context:
+    redis: redis.Redis
+    github: GitHubApp | None
+    app_id: int | None
+
+    def need_github(self) -> GitHubApp:
+        if self.github is None:
+            raise ConfigError(
+                "no-app-credentials",
+                "the worker has no APP_ID and PRIVATE_KEY (or PRIVATE_KEY_PATH), so it cannot talk to GitHub",
+            )
+        return self.github
+
+
+_redis_url: str | None = None
+
+
+def configure(redis_url: str) -> None:
+    """Called by `baton worker` before it starts taking jobs."""
+    global _redis_url  # noqa: PLW0603 - one value per process, set once at start-up
+    _redis_url = redis_url
+
+
+def current() -> Context:
+    """The context for jobs in this process (each forked job builds its own connections)."""
+    if _redis_url is None:
+        raise ConfigError(
+            "worker-not-configured", "run jobs through `baton worker`, which knows the Redis URL"
+        )
+    return build(_redis_url)
+
+
+@functools.cache
+def build(redis_url: str) -> Context:
+    config = settings.load()
+    connection = redis.Redis.from_url(redis_url)
+    app = None
+    if config.app_id and config.private_key:
+        credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
+        app = GitHubApp(credentials, connection)
+    return Context(connection, app, int(config.app_id) if config.app_id else None)

@@ -1,0 +1,184 @@
+"""The GitHub calls the worker makes, each turning GitHub's failures into a GitHubError.
+
+Reads tolerate what they may meet (a missing file is None); writes respect
+GitHub's limits (``worker.github.limits``) before they are sent. Nothing here
+decides anything: callers pass what to write and get back what GitHub said.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from githubkit import GitHub
+from githubkit.exception import GitHubException, RequestFailed
+
+from worker.authorize import Permission
+from worker.github.client import GitHubError, error_detail
+from worker.github.limits import Action, Annotation, Output, actions_to_api, annotation_batches
+
+#: Comments read when looking for Baton's status comment (100 a page).
+MAX_COMMENT_PAGES = 10
+
+
+#: GitHub's rules for names that Baton puts into request paths (payload data, so checked).
+_REPO_NAME = re.compile(r"[A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}")
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?")
+
+
+def repo_path(full_name: str) -> str:
+    """``/repos/OWNER/REPO``, refusing anything that is not a GitHub repository name."""
+    if not _REPO_NAME.fullmatch(full_name) or full_name.endswith(("/.", "/..")):
+        raise GitHubError("bad-name", f"{full_name!r} is not a GitHub repository name")
+    return f"/repos/{full_name}"
+
+
+def request(gh: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
+    """One REST call by its documented path; GitHub's failure becomes a GitHubError."""
+    try:
+        return gh.request(method, path, **kwargs).json()
+    except GitHubException as exc:
+        raise GitHubError("github-call-failed", f"{method} {path} failed: {error_detail(exc)}") from exc
+
+
+def _status(exc: GitHubException) -> int | None:
+    return exc.response.status_code if isinstance(exc, RequestFailed) else None
+
+
+# -- who --------------------------------------------------------------------------------------
+
+
+def permission(gh: GitHub[Any], full_name: str, login: str) -> Permission:
+    """The sender's permission, or an error saying why there is none (never raises)."""
+    if not _LOGIN.fullmatch(login):
+        return Permission(error=f"{login!r} is not a GitHub login")
+    try:
+        data = gh.request("GET", f"{repo_path(full_name)}/collaborators/{login}/permission").json()
+    except GitHubException as exc:
+        return Permission(error=error_detail(exc))
+    if not isinstance(data, dict):
+        return Permission(error="unexpected answer from the collaborator-permission endpoint")
+    perm, role = data.get("permission"), data.get("role_name")
+    return Permission(
+        permission=perm if isinstance(perm, str) else None,
+        role_name=role if isinstance(role, str) else None,
+    )
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RepoHead:
+    """A repository as GitHub describes it now: visibility and its default branch's head."""
+
+    full_name: str
+    private: bool
+    branch: str
+    sha: str
+
+
+def repo_head(gh: GitHub[Any], full_name: str) -> RepoHead:
+    repo = request(gh, "GET", repo_path(full_name))
+    branch = str(repo["default_branch"])
+    sha = str(request(gh, "GET", f"{repo_path(full_name)}/branches/{branch}")["commit"]["sha"])
+    return RepoHead(full_name, repo.get("private") is not False, branch, sha)
+
+
+def read_file(gh: GitHub[Any], full_name: str, path: str, ref: str) -> bytes | None:
+    """A file's bytes at ``ref``; None if there is no such file (or it is not a file)."""
+    try:
+        data = gh.request("GET", f"{repo_path(full_name)}/contents/{path}", params={"ref": ref}).json()
+    except GitHubException as exc:
+        if _status(exc) == 404:
+            return None
+        raise GitHubError(
+            "github-call-failed", f"reading {full_name}/{path}@{ref}: {error_detail(exc)}"
+        ) from exc
+    if not isinstance(data, dict) or data.get("type") != "file" or not isinstance(data.get("content"), str):
+        return None
+    return base64.b64decode(data["content"])
+
+
+# -- the status comment ------------------------------------------------------------------------
+
+
+def find_comment(
+    gh: GitHub[Any], full_name: str, number: int, match: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any] | None:
+    path = f"{repo_path(full_name)}/issues/{number}/comments"
+    for page in range(1, MAX_COMMENT_PAGES + 1):
+        comments = request(gh, "GET", path, params={"per_page": 100, "page": page})
+        if not isinstance(comments, list):
+            return None
+        for comment in comments:
+            if isinstance(comment, dict) and match(comment):
+                return comment
+        if len(comments) < 100:
+            return None
+    return None
+
+
+def upsert_comment(
+    gh: GitHub[Any], full_name: str, number: int, body: str, match: Callable[[dict[str, Any]], bool]
+) -> int:
+    """Edit the comment ``match`` finds, or create it. Returns its id."""
+    existing = find_comment(gh, full_name, number, match)
+    if existing is not None:
+        comment_id = int(existing["id"])
+        if existing.get("body") != body:
+            request(gh, "PATCH", f"{repo_path(full_name)}/issues/comments/{comment_id}", json={"body": body})
+        return comment_id
+    created = request(gh, "POST", f"{repo_path(full_name)}/issues/{number}/comments", json={"body": body})
+    return int(created["id"])
+
+
+# -- check runs ----------------------------------------------------------------------------------
+
+
+def create_check_run(
+    gh: GitHub[Any],
+    full_name: str,
+    *,
+    name: str,
+    head_sha: str,
+    external_id: str,
+    details_url: str | None,
+    output: Output,
+) -> int:
+    data: dict[str, Any] = {
+        "name": name,
+        "head_sha": head_sha,
+        "external_id": external_id,
+        "status": "in_progress",
+        "output": output.to_api(details_url),
+    }
+    if details_url:
+        data["details_url"] = details_url
+    return int(request(gh, "POST", f"{repo_path(full_name)}/check-runs", json=data)["id"])
+
+
+def complete_check_run(
+    gh: GitHub[Any],
+    full_name: str,
+    check_run_id: int,
+    *,
+    conclusion: str,
+    output: Output,
+    details_url: str | None,
+    annotations: Sequence[Annotation] = (),
+    actions: Sequence[Action] = (),
+) -> None:
+    """Complete a run; annotations past GitHub's 50 per request follow in further updates."""
+    batches = annotation_batches(annotations) or [[]]
+    base_output = output.to_api(details_url)
+    for i, batch in enumerate(batches):
+        data: dict[str, Any] = {"output": {**base_output, **({"annotations": batch} if batch else {})}}
+        if i == 0:
+            data.update(status="completed", conclusion=conclusion)
+            if actions:
+                data["actions"] = actions_to_api(actions)
+        request(gh, "PATCH", f"{repo_path(full_name)}/check-runs/{check_run_id}", json=data)

@@ -1,0 +1,62 @@
+"""The issue's status comment: what Baton is doing with this issue, in plain words.
+
+One comment per issue, found again by a hidden marker on its first line and
+edited in place as tasks move (queued, refused, denied, running, PR opened,
+failed): the thread gets one Baton comment, never a stream. Rendering is a
+pure function; posting it is ``worker.github.issues``'s job.
+
+The first line is the marker, so the comment can never start with `/baton `
+and re-trigger Baton; commands it suggests are quoted in code spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from worker.github.limits import MAX_COMMENT_CHARS, truncate
+from worker.lifecycle import State
+
+MARKER = "<!-- baton:status v1 -->"
+
+HEADLINE: dict[State, str] = {
+    State.QUEUED: "⏳ Queued",
+    State.RUNNING: "⚙️ Working on it",
+    State.REFUSED: "🚫 Not started: this request was refused",
+    State.DENIED: "🛑 Not started: the capability gate denied this run",
+    State.ACCEPTED: "✅ Accepted",
+    State.PR_OPENED: "📬 Pull request opened",
+    State.DONE: "✅ Done",
+    State.FAILED: "❌ Failed",
+    State.CANCELLED: "⏹️ Cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    state: State
+    task_id: str
+    agent: str | None
+    summary: str
+    details: Sequence[str] = field(default_factory=tuple)
+    next_steps: Sequence[str] = field(default_factory=tuple)
+
+
+def render(status: Status) -> str:
+    who = f" · agent `{status.agent}`" if status.agent else ""
+    lines = [
+        MARKER,
+        f"### Baton: {HEADLINE[status.state]}",
+        "",
+        status.summary,
+    ]
+    if status.details:
+        lines += ["", *(f"- {d}" for d in status.details)]
+    if status.next_steps:
+        lines += ["", "**What you can do**", "", *(f"- {s}" for s in status.next_steps)]
+    lines += ["", f"<sub>task `{status.task_id}`{who} · state `{status.state}`</sub>"]
+    return truncate("\n".join(lines), MAX_COMMENT_CHARS, None)
+
+
+def is_status_comment(body: str | None) -> bool:
+    return body is not None and body.startswith(MARKER)
