@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "worker.commands.worker",
     "worker.commands.policy",
     "worker.commands.gate",
+    "emulator.command",
 )
 
 

@@ -1,0 +1,220 @@
+"""The emulator's world and the per-request view handlers work with.
+
+:class:`Emulator` ties state, git repositories, faults, rate limits and the
+request log together; :class:`ApiRequest` is what one API handler sees (the
+caller, the parsed body, the base URL) plus the webhooks to send once the
+response is out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+
+from emulator import webhooks
+from emulator.auth import Caller, authorize_repo
+from emulator.errors import ApiError, not_found
+from emulator.faults import Faults
+from emulator.gitrepo import GitRepo
+from emulator.ratelimit import RateLimiter
+from emulator.requestlog import RequestLog
+from emulator.state import App, Delivery, Issue, Repo, State
+from emulator.types import JSONObject
+
+MAX_PER_PAGE = 100
+
+
+class Emulator:
+    """Everything one emulator instance owns, rooted at ``directory``."""
+
+    def __init__(self, directory: Path, *, token_ttl_seconds: float | None = None) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.state = State.load(directory)
+        if token_ttl_seconds is not None:
+            self.state.settings.token_ttl_seconds = token_ttl_seconds
+        self.faults = Faults()
+        self.rate = RateLimiter()
+        self.requests = RequestLog(directory)
+        self._send_locks: dict[int, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def git(self, repo: Repo) -> GitRepo:
+        return GitRepo(self.directory / "repos" / repo.owner / f"{repo.name}.git")
+
+    def save(self) -> None:
+        self.state.save()
+
+    async def deliver(self, deliveries: list[Delivery]) -> None:
+        """Send deliveries one batch at a time, in the order their changes happened.
+
+        GitHub promises no order; a steady one makes tests and the demo
+        deterministic. Batches queue on a FIFO lock (one per event loop).
+        """
+        loop = asyncio.get_running_loop()
+        lock = self._send_locks.setdefault(id(loop), asyncio.Lock())
+        async with lock:
+            await webhooks.send_all(self.state, deliveries)
+
+    async def schedule(self, deliveries: list[Delivery]) -> None:
+        """Start delivering in the background and return at once.
+
+        Run after the API response, detached from the request, so a slow
+        receiver never holds up the caller's next request on the same connection.
+        """
+        task = asyncio.get_running_loop().create_task(self.deliver(deliveries))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+@dataclass
+class ApiRequest:
+    """One API call as a handler sees it."""
+
+    emu: Emulator
+    request: Request
+    caller: Caller
+    body: Any
+    base: str
+    pending: list[Delivery] = field(default_factory=list)
+
+    @property
+    def state(self) -> State:
+        return self.emu.state
+
+    def param(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+    def int_param(self, name: str) -> int:
+        value = self.param(name)
+        if not value.isdigit():
+            raise not_found()
+        return int(value)
+
+    def query(self, name: str) -> str | None:
+        return self.request.query_params.get(name)
+
+    def json_object(self) -> JSONObject:
+        """The body as a JSON object; GitHub answers 400 for anything else."""
+        if self.body is None:
+            return {}
+        if not isinstance(self.body, dict):
+            raise ApiError(400, "Problems parsing JSON")
+        return self.body
+
+    def repo(self, permission: str = "metadata", level: str = "read") -> Repo:
+        """The path's repository, if the caller may ``permission:level`` on it."""
+        repo = self.state.repo(self.param("owner"), self.param("repo"))
+        if repo is None:
+            raise not_found()
+        authorize_repo(self.caller, repo, permission, level)
+        return repo
+
+    def acting_login(self) -> str:
+        """Whose name goes on things this caller creates (the App's bot for tokens)."""
+        app = self.caller.app
+        if app is not None:
+            return webhooks.sender_for(self.state, None, app).login
+        return "ghost"
+
+    def acting_app_id(self) -> int | None:
+        return self.caller.app.id if self.caller.kind == "installation" and self.caller.app else None
+
+    def issue(self, repo: Repo, number: int) -> Issue:
+        found = self.state.issue(repo.full_name, number)
+        if found is None:
+            raise not_found()
+        return found
+
+    def emit(
+        self,
+        repo: Repo,
+        event: str,
+        body: JSONObject,
+        *,
+        sender: str | None = None,
+        only_app: App | None = None,
+    ) -> None:
+        """Queue ``event`` for every subscribed App (or just ``only_app``), sent after the response."""
+        emit(
+            self.emu,
+            self.base,
+            repo,
+            event,
+            body,
+            pending=self.pending,
+            sender=sender,
+            acting=self.caller.app,
+            only_app=only_app,
+        )
+
+
+def emit(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    event: str,
+    body: JSONObject,
+    *,
+    pending: list[Delivery],
+    sender: str | None = None,
+    acting: App | None = None,
+    only_app: App | None = None,
+) -> None:
+    """Record one delivery per receiving App into ``pending``; the caller sends them."""
+    state = emu.state
+    receivers = [only_app] if only_app is not None else webhooks.subscribers(state, repo, event)
+    sender_user = webhooks.sender_for(state, sender, acting)
+    for app in receivers:
+        if not app.webhook_url:
+            continue
+        payload = dict(body)
+        payload.update(webhooks.envelope(base, state, app, repo, sender=sender_user))
+        pending.append(webhooks.record(state, app, event, payload))
+
+
+@dataclass(frozen=True)
+class RawBody:
+    """Bytes answered as-is (``Accept: application/vnd.github.raw``), not as JSON."""
+
+    data: bytes
+    media_type: str = "application/vnd.github.raw"
+
+
+@dataclass
+class Reply:
+    """A handler's answer: JSON body, status, extra headers."""
+
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[ApiRequest], Awaitable[Reply]]
+#: A route module exports these: (HTTP method, path template, handler).
+RouteSpec = tuple[str, str, Handler]
+
+
+def paginate(req: ApiRequest, items: list[Any]) -> tuple[list[Any], dict[str, str]]:
+    """``per_page``/``page`` with GitHub's ``Link`` header."""
+    try:
+        per_page = min(MAX_PER_PAGE, max(1, int(req.query("per_page") or 30)))
+        page = max(1, int(req.query("page") or 1))
+    except ValueError:
+        per_page, page = 30, 1
+    last = max(1, -(-len(items) // per_page))
+    chunk = items[(page - 1) * per_page : page * per_page]
+    url = f"{req.base}{req.request.url.path}"
+    links = []
+    if page < last:
+        links.append(f'<{url}?per_page={per_page}&page={page + 1}>; rel="next"')
+        links.append(f'<{url}?per_page={per_page}&page={last}>; rel="last"')
+    if page > 1:
+        links.append(f'<{url}?per_page={per_page}&page=1>; rel="first"')
+        links.append(f'<{url}?per_page={per_page}&page={page - 1}>; rel="prev"')
+    return chunk, ({"link": ", ".join(links)} if links else {})

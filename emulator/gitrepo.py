@@ -1,0 +1,276 @@
+"""Bare git repositories under ``DIR/repos/{owner}/{repo}.git``, driven by ``git``.
+
+Plain ``git clone``/``git push`` work on these directories, and every read the
+API serves (contents, pull heads, changed files) comes from them, so what a
+client pushed is what it reads back. Only ``git`` subprocesses, each with a
+timeout; refs and paths are validated before they reach a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT_TIMEOUT_SECONDS = 20.0
+_SAFE_REF = re.compile(r"^[A-Za-z0-9._/\-]+$")
+_SHA = re.compile(r"^[0-9a-f]{4,40}$")
+_ENV = {
+    "GIT_AUTHOR_NAME": "Baton Emulator",
+    "GIT_AUTHOR_EMAIL": "emulator@localhost",
+    "GIT_COMMITTER_NAME": "Baton Emulator",
+    "GIT_COMMITTER_EMAIL": "emulator@localhost",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitMeta:
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    author_name: str
+    author_email: str
+    timestamp: int
+    message: str
+
+
+class GitError(Exception):
+    """A git command failed; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    type: str  # blob | tree | commit
+    sha: str
+    size: int
+    path: str
+
+
+@dataclass(frozen=True)
+class FileChange:
+    filename: str
+    status: str  # added | removed | modified | renamed
+    additions: int
+    deletions: int
+    sha: str
+    previous_filename: str | None
+    patch: str | None
+
+
+def safe_ref(ref: str) -> bool:
+    """A ref we may put on a git command line (no options, no revision syntax)."""
+    return bool(_SAFE_REF.match(ref)) and not ref.startswith(("-", "/")) and ".." not in ref
+
+
+class GitRepo:
+    """One bare repository; every method is a bounded ``git`` call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        full_env = {**os.environ, **_ENV, **(env or {})}
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed executable, validated arguments
+                ["git", "--git-dir", str(self.path), *args],  # noqa: S607
+                input=stdin,
+                capture_output=True,
+                timeout=GIT_TIMEOUT_SECONDS,
+                env=full_env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise GitError(f"git {args[0]} timed out") from exc
+        if done.returncode != 0:
+            raise GitError(done.stderr.decode("utf-8", "replace").strip() or f"git {args[0]} failed")
+        return done.stdout
+
+    @property
+    def url(self) -> str:
+        return self.path.resolve().as_uri()
+
+    def exists(self) -> bool:
+        return (self.path / "HEAD").exists()
+
+    def init(self, default_branch: str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._git("init", "--bare", "--quiet", f"--initial-branch={default_branch}")
+        # Pushes from clones land here; allow deleting/creating refs like GitHub.
+        self._git("config", "receive.denyDeleteCurrent", "warn")
+
+    def resolve(self, ref: str) -> str | None:
+        """A branch, tag or (short) sha → the full commit sha, or None."""
+        if not safe_ref(ref):
+            return None
+        candidates = [ref] if _SHA.match(ref) or ref.startswith("refs/") else []
+        candidates += [f"refs/heads/{ref}", f"refs/tags/{ref}"]
+        for candidate in candidates:
+            try:
+                out = self._git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
+            except GitError:
+                continue
+            sha = out.decode().strip()
+            if sha:
+                return sha
+        return None
+
+    def branch_sha(self, branch: str) -> str | None:
+        if not safe_ref(branch):
+            return None
+        try:
+            out = self._git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")
+        except GitError:
+            return None
+        return out.decode().strip() or None
+
+    def commit_meta(self, sha: str) -> CommitMeta:
+        """Tree, parents, author and message of one commit (for branch and commit shapes)."""
+        out = self._git("show", "-s", "--format=%T%n%P%n%an%n%ae%n%at%n%B", sha).decode("utf-8", "replace")
+        tree, parents, name, email, when, message = (out.split("\n", 5) + [""] * 6)[:6]
+        return CommitMeta(
+            sha, tree, tuple(parents.split()), name, email, int(when or 0), message.rstrip("\n")
+        )
+
+    def branches(self) -> dict[str, str]:
+        """Every branch name and its tip."""
+        out = self._git("for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/heads")
+        pairs = (line.split(" ", 1) for line in out.decode().splitlines() if line)
+        return dict(pairs)
+
+    def has_commit(self, sha: str) -> bool:
+        if not re.fullmatch(r"[0-9a-f]{40}", sha):
+            return False
+        try:
+            self._git("cat-file", "-e", f"{sha}^{{commit}}")
+        except GitError:
+            return False
+        return True
+
+    def entry(self, commit: str, path: str) -> TreeEntry | None:
+        """The tree entry at ``path`` in ``commit`` (root when path is empty)."""
+        if not path:
+            tree = self._git("rev-parse", f"{commit}^{{tree}}").decode().strip()
+            return TreeEntry("040000", "tree", tree, 0, "")
+        out = self._git("ls-tree", "-l", "-z", commit, "--", path)
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            meta, _, name = record.partition(b"\t")
+            mode, kind, sha, size = meta.decode().split()
+            if name.decode() == path:
+                return TreeEntry(mode, kind, sha, 0 if size == "-" else int(size), path)
+        return None
+
+    def list_dir(self, commit: str, path: str) -> list[TreeEntry]:
+        target = f"{commit}:{path}" if path else f"{commit}^{{tree}}"
+        out = self._git("ls-tree", "-l", "-z", target)
+        entries = []
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            meta, _, name = record.partition(b"\t")
+            mode, kind, sha, size = meta.decode().split()
+            full = f"{path}/{name.decode()}" if path else name.decode()
+            entries.append(TreeEntry(mode, kind, sha, 0 if size == "-" else int(size), full))
+        return entries
+
+    def blob(self, sha: str) -> bytes:
+        return self._git("cat-file", "blob", sha)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        try:
+            return self._git("merge-base", a, b).decode().strip() or None
+        except GitError:
+            return None
+
+    def count_commits(self, base: str, head: str) -> int:
+        return int(self._git("rev-list", "--count", f"{base}..{head}").decode().strip() or "0")
+
+    def changes(self, base: str, head: str) -> list[FileChange]:
+        """Files changed from ``base`` to ``head``, as GitHub lists a PR's files."""
+        status_out = self._git("diff", "--name-status", "-M", "-z", base, head).split(b"\0")
+        numstat_out = self._git("diff", "--numstat", "-M", "-z", base, head).split(b"\0")
+        counts: dict[str, tuple[int, int]] = {}
+        i = 0
+        while i < len(numstat_out) and numstat_out[i]:
+            added, deleted, name = numstat_out[i].decode().split("\t", 2)
+            if not name:  # rename: the next two fields are old and new names
+                name = numstat_out[i + 2].decode()
+                i += 2
+            counts[name] = (int(added) if added != "-" else 0, int(deleted) if deleted != "-" else 0)
+            i += 1
+        changes = []
+        i = 0
+        while i < len(status_out) and status_out[i]:
+            code = status_out[i].decode()
+            previous = None
+            if code.startswith(("R", "C")):
+                previous, name = status_out[i + 1].decode(), status_out[i + 2].decode()
+                i += 3
+            else:
+                name = status_out[i + 1].decode()
+                i += 2
+            status = {"A": "added", "D": "removed", "M": "modified", "R": "renamed", "C": "copied"}.get(
+                code[0], "changed"
+            )
+            add, rem = counts.get(name, (0, 0))
+            blob_ref = base if status == "removed" else head
+            entry = self.entry(blob_ref, name)
+            changes.append(
+                FileChange(
+                    filename=name,
+                    status=status,
+                    additions=add,
+                    deletions=rem,
+                    sha=entry.sha if entry else "0" * 40,
+                    previous_filename=previous,
+                    patch=self._patch(base, head, name, previous),
+                )
+            )
+        return changes
+
+    def _patch(self, base: str, head: str, name: str, previous: str | None) -> str | None:
+        paths = [previous, name] if previous else [name]
+        out = self._git("diff", "-M", base, head, "--", *paths).decode("utf-8", "replace")
+        start = out.find("\n@@")
+        return out[start + 1 :].rstrip("\n") if start >= 0 else None
+
+    def commit_files(
+        self,
+        branch: str,
+        files: dict[str, str | None],
+        message: str,
+        *,
+        base: str | None = None,
+    ) -> str:
+        """Commit ``files`` (path → text, None deletes) onto ``branch``; returns the sha.
+
+        Uses a throw-away index, so no work tree is needed. ``base`` (a ref)
+        seeds a new branch; an existing branch builds on its own tip.
+        """
+        parent = self.branch_sha(branch)
+        if parent is None and base is not None:
+            parent = self.resolve(base)
+        with tempfile.TemporaryDirectory(prefix="emu-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            if parent is not None:
+                self._git("read-tree", parent, env=env)
+            lines = []
+            for path, text in files.items():
+                if text is None:  # mode 0 removes the path from the index
+                    lines.append(f"0 {'0' * 40}\t{path}")
+                    continue
+                blob = self._git("hash-object", "-w", "--stdin", stdin=text.encode()).decode().strip()
+                lines.append(f"100644 {blob}\t{path}")
+            self._git("update-index", "--index-info", stdin="\n".join(lines).encode() + b"\n", env=env)
+            tree = self._git("write-tree", env=env).decode().strip()
+        parents = ["-p", parent] if parent is not None else []
+        commit = self._git("commit-tree", tree, *parents, "-m", message).decode().strip()
+        self._git("update-ref", f"refs/heads/{branch}", commit)
+        return commit

@@ -1,0 +1,310 @@
+"""Issues, issue comments and labels, with the webhooks GitHub sends for each change.
+
+The mutations (:func:`add_labels`, :func:`remove_label`, :func:`create_comment`)
+are plain functions so the admin API can perform them *as a person* (the
+``sender`` Baton must check) through the same code path as the REST API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator import shapes, shapes_items
+from emulator.auth import Caller, authorize_repo
+from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
+from emulator.errors import ApiError, invalid_request, not_found
+from emulator.routes_pulls import render_pull
+from emulator.state import App, Comment, Delivery, Issue, Label, Repo
+
+
+def _issue_permission(caller: Caller, repo: Repo, item: Issue, level: str) -> None:
+    """Issues need ``issues``; a pull request's conversation also accepts ``pull_requests``."""
+    if not item.is_pull:
+        authorize_repo(caller, repo, "issues", level)
+        return
+    try:
+        authorize_repo(caller, repo, "pull_requests", level)
+    except ApiError:
+        authorize_repo(caller, repo, "issues", level)
+
+
+def _issue_event(item: Issue) -> str:
+    return "pull_request" if item.is_pull else "issues"
+
+
+def _event_body(emu: Emulator, base: str, repo: Repo, item: Issue, action: str) -> dict[str, Any]:
+    state = emu.state
+    if item.is_pull:  # a pull's event carries the pull request
+        pull = state.pull(repo.full_name, item.number)
+        if pull is not None:
+            return {
+                "action": action,
+                "number": item.number,
+                "pull_request": render_pull(emu, base, repo, pull),
+            }
+    return {"action": action, "issue": shapes_items.issue(base, state, repo, item)}
+
+
+def add_labels(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    item: Issue,
+    names: list[str],
+    *,
+    pending: list[Delivery],
+    sender: str | None,
+    acting: App | None,
+) -> None:
+    """Add labels (creating unknown ones, as GitHub does); one ``labeled`` event per new label."""
+    state = emu.state
+    for name in names:
+        lb = state.label(repo.full_name, name)
+        if lb is None:
+            lb = Label(id=state.new_id(), repo=repo.full_name, name=name)
+            state.labels[lb.id] = lb
+        if any(existing.lower() == lb.name.lower() for existing in item.labels):
+            continue
+        item.labels.append(lb.name)
+        item.updated_at = state.now()
+        body = _event_body(emu, base, repo, item, "labeled")
+        body["label"] = shapes.label(base, lb)
+        emit(emu, base, repo, _issue_event(item), body, pending=pending, sender=sender, acting=acting)
+
+
+def remove_label(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    item: Issue,
+    name: str,
+    *,
+    pending: list[Delivery],
+    sender: str | None,
+    acting: App | None,
+) -> None:
+    present = next((n for n in item.labels if n.lower() == name.lower()), None)
+    lb = emu.state.label(repo.full_name, name)
+    if present is None or lb is None:
+        raise ApiError(
+            404,
+            "Label does not exist",
+            documentation_url="https://docs.github.com/rest/issues/labels#remove-a-label-from-an-issue",
+        )
+    item.labels.remove(present)
+    item.updated_at = emu.state.now()
+    body = _event_body(emu, base, repo, item, "unlabeled")
+    body["label"] = shapes.label(base, lb)
+    emit(emu, base, repo, _issue_event(item), body, pending=pending, sender=sender, acting=acting)
+
+
+def create_comment(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    item: Issue,
+    text: str,
+    *,
+    pending: list[Delivery],
+    user: str,
+    acting: App | None,
+) -> Comment:
+    state = emu.state
+    now = state.now()
+    created = Comment(
+        id=state.new_id(),
+        repo=repo.full_name,
+        issue_number=item.number,
+        body=text,
+        user=user,
+        created_at=now,
+        updated_at=now,
+        app_id=acting.id if acting is not None else None,
+    )
+    state.comments[created.id] = created
+    body = {
+        "action": "created",
+        "issue": shapes_items.issue(base, state, repo, item),
+        "comment": shapes_items.comment(base, state, repo, created),
+    }
+    emit(emu, base, repo, "issue_comment", body, pending=pending, sender=user, acting=acting)
+    return created
+
+
+def _label_names(body: Any) -> list[str]:
+    """``{"labels": [...]}`` or a bare array; items are names or ``{"name": ...}``."""
+    raw = body.get("labels") if isinstance(body, dict) else body
+    if not isinstance(raw, list):
+        raise invalid_request('"labels" wasn\'t supplied.')
+    names: list[str] = []
+    for item in raw:
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(
+                422,
+                "Validation Failed",
+                errors=[{"resource": "Label", "code": "invalid", "field": "name"}],
+            )
+        names.append(name)
+    return names
+
+
+async def get_issue(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "read")
+    return Reply(shapes_items.issue(req.base, req.state, repo, item))
+
+
+async def list_comments(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "read")
+    found = sorted(
+        (
+            c
+            for c in req.state.comments.values()
+            if c.repo == repo.full_name and c.issue_number == item.number
+        ),
+        key=lambda c: c.id,
+    )
+    page, headers = paginate(req, found)
+    return Reply([shapes_items.comment(req.base, req.state, repo, c) for c in page], headers=headers)
+
+
+def _comment_body(req: ApiRequest) -> str:
+    text = req.json_object().get("body")
+    if not isinstance(text, str):
+        raise invalid_request('"body" wasn\'t supplied.')
+    if len(text) > 65536:
+        raise ApiError(
+            422,
+            "Validation Failed",
+            errors=[
+                {
+                    "resource": "IssueComment",
+                    "code": "unprocessable",
+                    "field": "data",
+                    "message": "Body is too long (maximum is 65536 characters)",
+                }
+            ],
+        )
+    return text
+
+
+async def post_comment(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "write")
+    text = _comment_body(req)
+    created = create_comment(
+        req.emu,
+        req.base,
+        repo,
+        item,
+        text,
+        pending=req.pending,
+        user=req.acting_login(),
+        acting=req.caller.app,
+    )
+    out = shapes_items.comment(req.base, req.state, repo, created)
+    return Reply(out, status=201, headers={"location": out["url"]})
+
+
+def _find_comment(req: ApiRequest, repo: Repo) -> tuple[Comment, Issue]:
+    found = req.state.comments.get(req.int_param("comment_id"))
+    if found is None or found.repo != repo.full_name:
+        raise not_found()
+    return found, req.issue(repo, found.issue_number)
+
+
+async def get_comment(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    found, item = _find_comment(req, repo)
+    _issue_permission(req.caller, repo, item, "read")
+    return Reply(shapes_items.comment(req.base, req.state, repo, found))
+
+
+async def update_comment(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    found, item = _find_comment(req, repo)
+    _issue_permission(req.caller, repo, item, "write")
+    text = _comment_body(req)
+    previous = found.body
+    found.body = text
+    found.updated_at = req.state.now()
+    if previous != text:
+        body = {
+            "action": "edited",
+            "changes": {"body": {"from": previous}},
+            "issue": shapes_items.issue(req.base, req.state, repo, item),
+            "comment": shapes_items.comment(req.base, req.state, repo, found),
+        }
+        req.emit(repo, "issue_comment", body)
+    return Reply(shapes_items.comment(req.base, req.state, repo, found))
+
+
+def _labels_reply(req: ApiRequest, repo: Repo, item: Issue) -> Reply:
+    labels = [lb for name in item.labels if (lb := req.state.label(repo.full_name, name))]
+    return Reply([shapes.label(req.base, lb) for lb in labels])
+
+
+async def list_labels(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "read")
+    return _labels_reply(req, repo, item)
+
+
+async def post_labels(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "write")
+    names = _label_names(req.body)
+    add_labels(req.emu, req.base, repo, item, names, pending=req.pending, sender=None, acting=req.caller.app)
+    return _labels_reply(req, repo, item)
+
+
+async def put_labels(req: ApiRequest) -> Reply:
+    """Replace the issue's labels: ``unlabeled`` for dropped ones, ``labeled`` for new ones."""
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "write")
+    names = _label_names(req.body)
+    wanted = {n.lower() for n in names}
+    for name in [n for n in item.labels if n.lower() not in wanted]:
+        remove_label(
+            req.emu, req.base, repo, item, name, pending=req.pending, sender=None, acting=req.caller.app
+        )
+    add_labels(req.emu, req.base, repo, item, names, pending=req.pending, sender=None, acting=req.caller.app)
+    return _labels_reply(req, repo, item)
+
+
+async def delete_label(req: ApiRequest) -> Reply:
+    repo = req.repo()
+    item = req.issue(repo, req.int_param("issue_number"))
+    _issue_permission(req.caller, repo, item, "write")
+    remove_label(
+        req.emu,
+        req.base,
+        repo,
+        item,
+        req.param("name"),
+        pending=req.pending,
+        sender=None,
+        acting=req.caller.app,
+    )
+    return _labels_reply(req, repo, item)
+
+
+ROUTES: list[RouteSpec] = [
+    ("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}", get_comment),
+    ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}", update_comment),
+    ("GET", "/repos/{owner}/{repo}/issues/{issue_number}", get_issue),
+    ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments", list_comments),
+    ("POST", "/repos/{owner}/{repo}/issues/{issue_number}/comments", post_comment),
+    ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/labels", list_labels),
+    ("POST", "/repos/{owner}/{repo}/issues/{issue_number}/labels", post_labels),
+    ("PUT", "/repos/{owner}/{repo}/issues/{issue_number}/labels", put_labels),
+    ("DELETE", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}", delete_label),
+]

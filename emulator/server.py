@@ -1,0 +1,85 @@
+"""Run the emulator: in the foreground (the CLI) or on a background thread (tests, the demo).
+
+Both bind to 127.0.0.1 only. :class:`EmulatorServer` picks a free port when
+given 0 and waits, with a deadline, until the server answers.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+import uvicorn
+
+from emulator.app import create_app
+from emulator.core import Emulator
+
+HOST = "127.0.0.1"
+START_TIMEOUT_SECONDS = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve(directory: Path, port: int, *, token_ttl_seconds: float | None = None) -> None:
+    """Serve in the foreground until interrupted."""
+    app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
+    uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False)
+
+
+class EmulatorServer:
+    """A live emulator on a background thread; use as a context manager.
+
+    ``url`` is the API base URL (pass it as ``base_url``/``GITHUB_API_URL``);
+    ``emulator`` gives direct read access to state for assertions.
+    """
+
+    def __init__(self, directory: Path, port: int = 0, *, token_ttl_seconds: float | None = None) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
+        config = uvicorn.Config(
+            self.app, host=HOST, port=self.port, log_level="warning", access_log=False, lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="github-emulator", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def emulator(self) -> Emulator:
+        emu: Emulator = self.app.state.emulator
+        return emu
+
+    def start(self) -> EmulatorServer:
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"emulator did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=START_TIMEOUT_SECONDS)
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,187 @@
+"""Signed webhook deliveries, sent after the API response the way GitHub's Hookshot does.
+
+Each delivery carries GitHub's headers (``X-GitHub-Event``, ``X-GitHub-Delivery``,
+``X-GitHub-Hook-ID``, ``X-Hub-Signature-256``, ``User-Agent: GitHub-Hookshot/…``)
+and is recorded (GUID, event, status code) in the state. Like GitHub, a failed
+delivery is not retried; an admin redelivery reuses the GUID.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from emulator.shapes import account, bot_user, node_id, repository, simple_user
+from emulator.state import App, Delivery, Repo, State, User
+from emulator.types import JSONObject
+
+#: GitHub expects an answer within 10 s and gives up after that.
+DELIVERY_TIMEOUT_SECONDS = 10.0
+USER_AGENT = "GitHub-Hookshot/emulator"
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def sign(secret: str, body: bytes) -> str:
+    """``X-Hub-Signature-256``: HMAC-SHA256 of the raw body, hex, prefixed ``sha256=``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def is_loopback_url(url: str) -> bool:
+    """The emulator only ever talks to this machine."""
+    parts = urlsplit(url)
+    return parts.scheme in {"http", "https"} and (parts.hostname or "") in _LOOPBACK
+
+
+def envelope(
+    base: str,
+    state: State,
+    app: App,
+    repo: Repo,
+    *,
+    sender: User,
+) -> JSONObject:
+    """The parts every repository event shares: repository, owner, installation, sender."""
+    out: JSONObject = {
+        "repository": repository(base, state, repo),
+        "sender": simple_user(base, sender),
+    }
+    owner = state.user(repo.owner)
+    if owner is not None and owner.type == "Organization":
+        out["organization"] = {
+            "login": owner.login,
+            "id": owner.id,
+            "node_id": node_id("Organization", owner.id),
+            "url": f"{base}/orgs/{owner.login}",
+            "repos_url": f"{base}/orgs/{owner.login}/repos",
+            "events_url": f"{base}/orgs/{owner.login}/events",
+            "hooks_url": f"{base}/orgs/{owner.login}/hooks",
+            "issues_url": f"{base}/orgs/{owner.login}/issues",
+            "members_url": f"{base}/orgs/{owner.login}/members{{/member}}",
+            "public_members_url": f"{base}/orgs/{owner.login}/public_members{{/member}}",
+            "avatar_url": account(base, state, owner.login)["avatar_url"],
+            "description": None,
+        }
+    inst = state.installation_for_repo(app.id, repo)
+    if inst is not None:
+        out["installation"] = {"id": inst.id, "node_id": node_id("Installation", inst.id)}
+    return out
+
+
+def sender_for(state: State, login: str | None, app: App | None) -> User:
+    """Who GitHub names as ``sender``: the acting user, or the App's bot account."""
+    if login is not None:
+        found = state.user(login)
+        if found is not None:
+            return found
+        return User(id=0, login=login)
+    if app is not None:
+        return bot_user(state, app)
+    return User(id=0, login="ghost")
+
+
+def subscribers(state: State, repo: Repo, event: str) -> list[App]:
+    """Apps installed on ``repo`` that receive ``event`` (no list of events = all)."""
+    apps = []
+    for app in state.apps.values():
+        inst = state.installation_for_repo(app.id, repo)
+        if not app.webhook_url or inst is None or inst.suspended_at is not None:
+            continue
+        if app.events and event not in app.events:
+            continue
+        apps.append(app)
+    return apps
+
+
+def record(
+    state: State,
+    app: App,
+    event: str,
+    payload: JSONObject,
+    *,
+    guid: str | None = None,
+    redelivery: bool = False,
+) -> Delivery:
+    """Store a delivery before sending it, so it shows up even if sending fails."""
+    delivery = Delivery(
+        id=state.new_id(),
+        guid=guid or str(uuid.uuid4()),
+        app_id=app.id,
+        event=event,
+        action=payload.get("action") if isinstance(payload.get("action"), str) else None,
+        payload=payload,
+        redelivery=redelivery,
+    )
+    with state.lock:
+        state.deliveries[delivery.id] = delivery
+    return delivery
+
+
+def delivery_headers(app: App, delivery: Delivery, body: bytes) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-GitHub-Event": delivery.event,
+        "X-GitHub-Delivery": delivery.guid,
+        "X-GitHub-Hook-ID": str(app.hook_id),
+        "X-GitHub-Hook-Installation-Target-ID": str(app.id),
+        "X-GitHub-Hook-Installation-Target-Type": "integration",
+    }
+    if app.webhook_secret:
+        headers["X-Hub-Signature-256"] = sign(app.webhook_secret, body)
+        headers["X-Hub-Signature"] = "sha1=" + hmac.new(app.webhook_secret.encode(), body, "sha1").hexdigest()
+    return headers
+
+
+async def send(state: State, delivery: Delivery) -> Delivery:
+    """POST one delivery; the outcome (status or error) is written back to the record."""
+    app = state.apps.get(delivery.app_id)
+    if app is None or not app.webhook_url:
+        delivery.error = "app has no webhook URL"
+        return delivery
+    if not is_loopback_url(app.webhook_url):
+        delivery.error = "webhook URL is not on this machine"
+        return delivery
+    body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+    headers = delivery_headers(app, delivery, body)
+    started = time.monotonic()
+    try:
+        async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, trust_env=False) as client:
+            response = await client.post(app.webhook_url, content=body, headers=headers)
+        delivery.status_code = response.status_code
+        delivery.error = None
+    except httpx.HTTPError as exc:
+        delivery.status_code = None
+        delivery.error = f"{type(exc).__name__}: {exc}"
+    delivery.duration_ms = round((time.monotonic() - started) * 1000, 1)
+    delivery.delivered_at = time.time()
+    state.save()
+    return delivery
+
+
+async def send_all(state: State, deliveries: list[Delivery]) -> None:
+    """Send in order (GitHub does not promise order; in order is the kind choice)."""
+    for delivery in deliveries:
+        await send(state, delivery)
+
+
+def summary(delivery: Delivery) -> dict[str, Any]:
+    """A delivery without its payload, for listings."""
+    return {
+        "id": delivery.id,
+        "guid": delivery.guid,
+        "app_id": delivery.app_id,
+        "event": delivery.event,
+        "action": delivery.action,
+        "status_code": delivery.status_code,
+        "error": delivery.error,
+        "delivered_at": delivery.delivered_at,
+        "duration_ms": delivery.duration_ms,
+        "redelivery": delivery.redelivery,
+    }

@@ -1,0 +1,148 @@
+"""githubkit's response models parse every answer Baton relies on (the shape contract)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from emulator_world import OWNER, REPO, World
+from githubkit import AppAuthStrategy, GitHub, TokenAuthStrategy
+from githubkit.exception import RequestFailed
+
+
+def _app(world: World) -> GitHub[AppAuthStrategy]:
+    return GitHub(AppAuthStrategy(str(world.app_id), world.private_key), base_url=world.url)
+
+
+def test_app_and_installation_lookups_parse(world: World) -> None:
+    gh = _app(world)
+    app = gh.rest.apps.get_authenticated().parsed_data
+    assert app is not None
+    assert app.id == world.app_id
+    assert app.slug == "baton-test"
+    installations = gh.rest.apps.list_installations().parsed_data
+    assert [i.id for i in installations] == [world.installation_id]
+    inst = gh.rest.apps.get_installation(world.installation_id).parsed_data
+    assert inst.permissions.checks == "write"
+    assert gh.rest.apps.get_repo_installation(OWNER, REPO).parsed_data.id == world.installation_id
+    with pytest.raises(RequestFailed) as exc:
+        gh.rest.apps.get_repo_installation("other-org", "elsewhere")
+    assert exc.value.response.status_code == 404
+
+
+def test_installation_client_reads_repo_contents_and_permissions(world: World) -> None:
+    gh = _app(world).with_auth(_app(world).auth.as_installation(world.installation_id))
+    repo = gh.rest.repos.get(OWNER, REPO).parsed_data
+    assert repo.default_branch == "main"
+    assert repo.private is False
+    assert repo.full_name == f"{OWNER}/{REPO}"
+    content = gh.rest.repos.get_content(OWNER, REPO, ".github/baton.yml").parsed_data
+    assert content.type == "file"  # type: ignore[union-attr]
+    import base64
+
+    assert base64.b64decode(content.content) == b"agents:\n  claude-code: {}\n"  # type: ignore[union-attr]
+    roles = {}
+    for login in ["ada", "maria", "wes", "tia", "rita", "nobody"]:
+        perm = gh.rest.repos.get_collaborator_permission_level(OWNER, REPO, login).parsed_data
+        roles[login] = (perm.permission, perm.role_name)
+    assert roles == {
+        "ada": ("admin", "admin"),
+        "maria": ("write", "maintain"),
+        "wes": ("write", "write"),
+        "tia": ("read", "triage"),
+        "rita": ("read", "read"),
+        "nobody": ("read", "read"),  # public repository: everyone can read
+    }
+    with pytest.raises(RequestFailed) as exc:
+        gh.rest.repos.get_collaborator_permission_level(OWNER, REPO, "no-such-user")
+    assert exc.value.response.status_code == 404
+
+
+def test_issue_comments_labels_round_trip(world: World) -> None:
+    world.post(f"/repos/{OWNER}/{REPO}/issues", {"title": "Add a widget", "user": "maria", "body": "please"})
+    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
+    issue = gh.rest.issues.get(OWNER, REPO, 1).parsed_data
+    assert issue.title == "Add a widget"
+    assert issue.user is not None
+    assert issue.user.login == "maria"
+    created = gh.rest.issues.create_comment(OWNER, REPO, 1, body="<!-- baton:task=1 --> queued").parsed_data
+    assert created.user is not None
+    assert created.user.login == "baton-test[bot]"
+    assert created.user.type == "Bot"
+    updated = gh.rest.issues.update_comment(OWNER, REPO, created.id, body="<!-- baton:task=1 --> running")
+    assert updated.parsed_data.body == "<!-- baton:task=1 --> running"
+    comments = gh.rest.issues.list_comments(OWNER, REPO, 1).parsed_data
+    assert [c.body for c in comments] == ["<!-- baton:task=1 --> running"]
+    labels = gh.rest.issues.add_labels(OWNER, REPO, 1, data={"labels": ["agent:claude-code", "bug"]})
+    assert sorted(lb.name for lb in labels.parsed_data) == ["agent:claude-code", "bug"]
+    remaining = gh.rest.issues.remove_label(OWNER, REPO, 1, "bug").parsed_data
+    assert [lb.name for lb in remaining] == ["agent:claude-code"]
+    with pytest.raises(RequestFailed) as exc:
+        gh.rest.issues.remove_label(OWNER, REPO, 1, "bug")
+    assert exc.value.response.status_code == 404
+
+
+def test_pulls_and_check_runs_parse(world: World) -> None:
+    world.post(f"/repos/{OWNER}/{REPO}/commits", {"branch": "agent/1", "files": {"src/new.py": "x = 1\n"}})
+    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
+    pull = gh.rest.pulls.create(OWNER, REPO, title="Agent PR", head="agent/1", base="main").parsed_data
+    assert pull.number == 1
+    assert pull.head.ref == "agent/1"
+    assert pull.base.sha == world.head_sha
+    again = gh.rest.pulls.get(OWNER, REPO, pull.number).parsed_data
+    assert again.head.sha == pull.head.sha
+    assert again.changed_files == 1
+    assert again.additions == 1
+    files = gh.rest.pulls.list_files(OWNER, REPO, pull.number).parsed_data
+    assert [(f.filename, f.status) for f in files] == [("src/new.py", "added")]
+    run = gh.rest.checks.create(
+        OWNER, REPO, name="baton/merge-gate", head_sha=pull.head.sha, status="in_progress", external_id="t-1"
+    ).parsed_data
+    assert run.status == "in_progress"
+    assert run.app is not None
+    assert run.app.id == world.app_id
+    assert [p.number for p in run.pull_requests] == [pull.number]
+    done = gh.rest.checks.update(
+        OWNER,
+        REPO,
+        run.id,
+        status="completed",
+        conclusion="neutral",
+        output={"title": "No gates", "summary": "No gates are configured yet."},
+    ).parsed_data
+    assert done.conclusion == "neutral"
+    assert done.completed_at is not None
+    assert (
+        gh.rest.checks.get(OWNER, REPO, run.id).parsed_data.output.summary == "No gates are configured yet."
+    )
+    listed = gh.rest.checks.list_for_ref(OWNER, REPO, "agent/1").parsed_data
+    assert listed.total_count == 1
+    assert listed.check_runs[0].id == run.id
+
+
+def test_narrowed_installation_auth_through_githubkit(world: World) -> None:
+    app = _app(world)
+    narrowed = app.with_auth(
+        app.auth.as_installation(world.installation_id, repositories=[REPO], permissions={"issues": "read"})
+    )
+    assert narrowed.rest.repos.get(OWNER, REPO).parsed_data.name == REPO
+    with pytest.raises(RequestFailed) as hidden:
+        narrowed.rest.repos.get(OWNER, "secret-sauce")
+    assert hidden.value.response.status_code == 404
+    token = app.rest.apps.create_installation_access_token(
+        world.installation_id, repositories=[REPO], permissions={"checks": "write"}
+    ).parsed_data
+    assert token.repository_selection == "selected"
+    assert token.repositories is not None
+    assert [r.full_name for r in token.repositories] == [f"{OWNER}/{REPO}"]
+
+
+def test_branch_parses_with_githubkit_and_tracks_the_head(world: World) -> None:
+    gh = GitHub(world.token(), base_url=world.url)
+    branch = gh.rest.repos.get_branch(OWNER, REPO, "main").parsed_data
+    assert branch.name == "main"
+    assert branch.commit.sha == world.head_sha
+    assert branch.commit.commit.message
+    missing = httpx.get(
+        f"{world.url}/repos/{OWNER}/{REPO}/branches/nope", headers={"Authorization": f"token {world.token()}"}
+    )
+    assert missing.status_code == 404
