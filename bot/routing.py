@@ -10,11 +10,12 @@ decision, made against GitHub at run time.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.tasks import CheckRef, Command, Kind, Repository, Sender, Untrusted
+from bot.tasks import CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
 
 AGENT_LABEL_PREFIX = "agent:"
 COMMAND_PREFIX = "/baton "
@@ -280,3 +281,37 @@ def route(event: str, payload: Payload, *, app_id: int | None = None) -> Routed 
             f"Baton does not handle {event}.{action}" if action else f"Baton does not handle {event}"
         )
     return rule(payload, app_id)
+
+
+def task_for(
+    event: str,
+    delivery: str,
+    payload: Payload,
+    *,
+    raw: bytes,
+    received_at: str,
+    app_id: int | None = None,
+) -> Task | Ignored:
+    """The task a verified delivery becomes, or why it becomes none. Raises PayloadError."""
+    routed = route(event, payload, app_id=app_id)
+    if isinstance(routed, Ignored):
+        return routed
+    action = payload.get("action")
+    return Task(
+        id=delivery,
+        kind=routed.kind,
+        delivery_id=delivery,
+        event=event,
+        action=action if isinstance(action, str) else None,
+        installation_id=installation_id(payload),
+        repository=routed.repository,
+        number=routed.number,
+        head_sha=routed.head_sha,
+        sender=sender(payload),
+        received_at=received_at,
+        payload_sha256=hashlib.sha256(raw).hexdigest(),
+        agent=routed.agent,
+        command=routed.command,
+        check=routed.check,
+        untrusted=routed.untrusted,
+    )

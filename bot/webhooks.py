@@ -8,7 +8,6 @@ Checks run cheapest first, and nothing is stored unless every check passed.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -20,8 +19,7 @@ from bot.enqueue import Enqueuer, prepare
 from bot.errors import RedisUnavailable
 from bot.logs import DeliveryLog, timestamp
 from bot.metrics import Metrics
-from bot.routing import Ignored, PayloadError, installation_id, route, sender
-from bot.tasks import Task
+from bot.routing import Ignored, PayloadError, task_for
 from bot.types import Receive, Scope, Send
 
 #: GitHub's delivery ids are GUIDs; RQ job ids allow letters, digits, '-' and '_'.
@@ -139,7 +137,7 @@ class WebhookEndpoint:
         action = payload.get("action")
         action = action if isinstance(action, str) else None
         return await self._route_and_store(
-            enqueuer, event=event, action=action, delivery=delivery, payload=payload, raw=raw
+            enqueuer, event=event, delivery=delivery, payload=payload, raw=raw
         ), action
 
     async def _route_and_store(
@@ -147,36 +145,18 @@ class WebhookEndpoint:
         enqueuer: Enqueuer,
         *,
         event: str,
-        action: str | None,
         delivery: str,
         payload: dict[str, object],
         raw: bytes,
     ) -> Answer:
         try:
-            routed = route(event, payload, app_id=self.app_id)
-            if isinstance(routed, Ignored):
-                return Answer(202, "ignored", {"status": "ignored", "reason": routed.reason})
-            task = Task(
-                id=delivery,
-                kind=routed.kind,
-                delivery_id=delivery,
-                event=event,
-                action=action,
-                installation_id=installation_id(payload),
-                repository=routed.repository,
-                number=routed.number,
-                head_sha=routed.head_sha,
-                sender=sender(payload),
-                received_at=timestamp(time.time()),
-                payload_sha256=hashlib.sha256(raw).hexdigest(),
-                agent=routed.agent,
-                command=routed.command,
-                check=routed.check,
-                untrusted=routed.untrusted,
+            task = task_for(
+                event, delivery, payload, raw=raw, received_at=timestamp(time.time()), app_id=self.app_id
             )
         except PayloadError as exc:
             return _error(400, "bad-payload", f"{event}: {exc}")
-
+        if isinstance(task, Ignored):
+            return Answer(202, "ignored", {"status": "ignored", "reason": task.reason})
         started = time.perf_counter()
         try:
             stored = await enqueuer.submit(prepare(task))

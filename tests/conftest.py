@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +14,8 @@ from typing import Any
 
 import pytest
 import redis
+import uvicorn
+from starlette.types import ASGIApp
 
 from bot.redis_server import EmbeddedRedis
 from bot.signature import sign
@@ -39,6 +45,33 @@ def rdb(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_app(app: ASGIApp, port: int | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a loopback port (a thread), as `baton serve` does."""
+    port = port or free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        raise RuntimeError("uvicorn did not start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def examples(event: str) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ import httpx
 import orjson
 import pytest
 import redis
-import uvicorn
 from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
@@ -27,7 +25,7 @@ from bot.app import WEBHOOK_PATH, create_app
 from bot.logs import DeliveryLog
 from bot.settings import Settings
 from bot.signature import sign
-from tests.conftest import SECRET, delivery_headers, example, labeled
+from tests.conftest import SECRET, delivery_headers, example, labeled, serve_app
 
 
 def settings(**overrides: Any) -> Settings:
@@ -221,22 +219,8 @@ def test_redelivery_is_a_duplicate_and_makes_no_second_job(client: TestClient, r
 @pytest.fixture
 def live_url(redis_url: str) -> Iterator[str]:
     """The app served by uvicorn on a loopback port, as `baton serve` runs it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(settings(), redis_url), host="127.0.0.1", port=port, log_config=None, access_log=False
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_app(create_app(settings(), redis_url)) as url:
+        yield url
 
 
 def test_concurrent_redeliveries_of_one_id_make_exactly_one_job(live_url: str, rdb: redis.Redis) -> None:

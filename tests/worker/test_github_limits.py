@@ -19,16 +19,23 @@ from worker.github.limits import (
 def test_long_output_is_cut_to_the_limit_with_a_visible_marker_and_link() -> None:
     body = Output("t", "s" * 100_000, "x" * 70_000).to_api("https://baton.example/evidence/1")
     for key in ("summary", "text"):
-        assert len(body[key]) == MAX_OUTPUT_CHARS
+        assert len(body[key].encode()) == MAX_OUTPUT_CHARS
         assert "truncated" in body[key]
         assert body[key].endswith("Full evidence: https://baton.example/evidence/1")
     assert Output("t", "short").to_api(None) == {"title": "t", "summary": "short"}
 
 
+def test_multibyte_text_is_cut_by_bytes_without_splitting_a_character() -> None:
+    body = Output("t", "é" * 40_000).to_api(None)["summary"]  # 80,000 bytes, 40,000 characters
+    assert len(body.encode()) <= MAX_OUTPUT_CHARS
+    assert "truncated" in body
+    assert body.startswith("é" * 1000)
+
+
 def test_text_at_the_limit_is_untouched() -> None:
     exact = "y" * MAX_OUTPUT_CHARS
     assert truncate(exact, MAX_OUTPUT_CHARS, None) == exact
-    assert len(truncate(exact + "y", MAX_OUTPUT_CHARS, None)) == MAX_OUTPUT_CHARS
+    assert len(truncate(exact + "y", MAX_OUTPUT_CHARS, None).encode()) == MAX_OUTPUT_CHARS
 
 
 def test_annotations_go_out_fifty_per_request() -> None:

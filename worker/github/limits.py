@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: output.summary and output.text, in characters.
+#: output.summary and output.text: GitHub counts characters and also UTF-8 bytes
+#: ("exceeds a maximum bytesize of 65535"); bytes are never fewer, so Baton counts bytes.
 MAX_OUTPUT_CHARS = 65_535
 #: output.title is not documented with a limit; GitHub truncates long titles in the UI.
 MAX_TITLE_CHARS = 255
@@ -33,13 +34,14 @@ class LimitError(ValueError):
 
 
 def truncate(text: str, limit: int, evidence_url: str | None) -> str:
-    """Cut ``text`` to ``limit`` characters with a marker a reader cannot miss."""
-    if len(text) <= limit:
+    """Cut ``text`` to ``limit`` UTF-8 bytes (so also characters) with a marker a reader cannot miss."""
+    data = text.encode()
+    if len(data) <= limit:
         return text
     where = f" Full evidence: {evidence_url}" if evidence_url else ""
-    marker = f"\n\n… truncated: {len(text):,} characters, GitHub shows at most {limit:,}.{where}"
-    keep = max(0, limit - len(marker))
-    return text[:keep] + marker
+    marker = f"\n\n… truncated: {len(data):,} bytes, GitHub shows at most {limit:,}.{where}"
+    keep = max(0, limit - len(marker.encode()))
+    return data[:keep].decode(errors="ignore") + marker
 
 
 @dataclass(frozen=True, slots=True)

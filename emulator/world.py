@@ -1,0 +1,104 @@
+"""A sample GitHub world for the demo and the worker's tests: one App, one org, people.
+
+`acme` has a `.github` repository with the org policy (the ceiling) and a
+private `widgets` repository whose `.github/baton.yml` narrows it. The App is
+installed on every `acme` repository. People hold each repository role, so
+every row of the permission table can be played.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from emulator.admin_client import AdminClient
+
+OWNER = "acme"
+REPO = f"{OWNER}/widgets"
+PERMISSIONS = {"metadata": "read", "contents": "write", "issues": "write", "pull_requests": "write",
+               "checks": "write"}  # fmt: skip
+EVENTS = ["issues", "issue_comment", "pull_request", "check_run", "check_suite"]
+PEOPLE = {"ada": "admin", "maria": "maintain", "wes": "write", "tia": "triage", "rita": "read"}
+
+ORG_POLICY = """\
+# The org's ceiling: every repository's .github/baton.yml can only narrow it.
+version: 1
+trigger:
+  min_permission: write
+agents:
+  claude-code:
+    adapter: claude-code
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.anthropic.com]
+    env: [ANTHROPIC_API_KEY]
+  researcher:
+    adapter: claude-code
+    tools: [read_repo, edit_files, web_fetch]
+    model_endpoints: [api.anthropic.com]
+    env: [ANTHROPIC_API_KEY]
+"""
+
+REPO_POLICY = """\
+# widgets narrows the org policy: shorter runs.
+version: 1
+agents:
+  claude-code:
+    adapter: claude-code
+    tools: [read_repo, edit_files]
+    timeout: 20m
+  researcher:
+    adapter: claude-code
+    tools: [read_repo, edit_files, web_fetch]
+    timeout: 20m
+"""
+
+
+@dataclass(frozen=True)
+class World:
+    api_url: str
+    app_id: int
+    installation_id: int
+    private_key: str = field(repr=False)
+    webhook_secret: str = field(repr=False)
+    head_sha: str
+
+
+def keypair() -> tuple[str, str]:
+    """A fresh RSA key pair (private PEM, public PEM), made for this run only."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    return private, public
+
+
+def build(
+    admin: AdminClient,
+    api_url: str,
+    *,
+    webhook_url: str | None = None,
+    repo_policy: str | None = REPO_POLICY,
+    org_policy: str | None = ORG_POLICY,
+) -> World:
+    private, public = keypair()
+    secret = secrets.token_hex(16)
+    app = admin.create_app(name="Baton", slug="baton", public_key_pem=public, webhook_url=webhook_url,
+                           webhook_secret=secret, permissions=PERMISSIONS, events=EVENTS)  # fmt: skip
+    org_files = {"baton.yml": org_policy} if org_policy is not None else {"README.md": "org defaults\n"}
+    admin.create_repo(OWNER, ".github", files=org_files, private=False)
+    repo_files = {"README.md": "# widgets\n", "src/widgets.py": "def spin():\n    return 42\n"}
+    if repo_policy is not None:
+        repo_files[".github/baton.yml"] = repo_policy
+    repo = admin.create_repo(OWNER, REPO.split("/")[1], files=repo_files, private=True)
+    installation = admin.create_installation(app_id=app["id"], account=OWNER, permissions=PERMISSIONS)
+    for login, role in PEOPLE.items():
+        admin.set_role(REPO, login, role)
+    return World(api_url, int(app["id"]), int(installation["id"]), private, secret, str(repo["head_sha"]))

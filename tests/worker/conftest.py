@@ -1,0 +1,80 @@
+"""The worker's stage: the GitHub emulator with the sample world, Baton's endpoint on loopback
+receiving its signed webhooks into the test Redis, and a worker context to run the tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from bot.app import WEBHOOK_PATH, create_app
+from bot.settings import Settings
+from bot.tasks import Task
+from emulator import EmulatorServer, world
+from emulator.admin_client import AdminClient
+from tests.conftest import free_port, serve_app
+from worker.context import Context
+from worker.github.client import AppCredentials, GitHubApp
+from worker.github.retry import RetryPolicy
+from worker.jobs import execute
+
+#: Fast retries so fault tests stay quick; the bounds are what is tested.
+FAST = RetryPolicy(max_retries=3, base_delay=0.05, max_delay=0.2, max_wait=3.0)
+
+
+@dataclass
+class Stage:
+    server: EmulatorServer
+    admin: AdminClient
+    world: world.World
+    ctx: Context
+    rdb: redis.Redis
+
+    def task(self, delivery: dict[str, Any]) -> Task:
+        """The task Baton stored for an emulator delivery (it must have been accepted)."""
+        assert delivery["status_code"] == 202, delivery
+        job = Job.fetch(delivery["guid"], connection=self.rdb, serializer=JSONSerializer)
+        return Task.from_dict(job.args[0])
+
+    def run(self, delivery: dict[str, Any]) -> dict[str, str]:
+        return execute(self.ctx, self.task(delivery))
+
+    def issue(self, title: str = "Fix the spinner", user: str = "maria") -> int:
+        return int(self.admin.create_issue(world.REPO, title=title, user=user)["number"])
+
+    def label(self, number: int, agent: str, sender: str) -> dict[str, str]:
+        deliveries = self.admin.label(world.REPO, number, [f"agent:{agent}"], sender=sender)["deliveries"]
+        return self.run(deliveries[-1])
+
+    def comment(self, number: int, body: str, user: str) -> dict[str, str]:
+        return self.run(self.admin.comment(world.REPO, number, body, user=user)["deliveries"][-1])
+
+    def baton_comments(self, number: int) -> list[dict[str, Any]]:
+        return [c for c in self.admin.comments() if c["issue_number"] == number
+                and (c.get("performed_via_github_app") or {}).get("id") == self.world.app_id]  # fmt: skip
+
+    def requests(self, method: str, path_suffix: str) -> list[dict[str, Any]]:
+        return [r for r in self.admin.requests() if r["method"] == method and r["path"].endswith(path_suffix)]
+
+
+def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any) -> Iterator[Stage]:
+    port = free_port()
+    with EmulatorServer(tmp_path / "github") as server, AdminClient(server.url) as admin:
+        w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}", **world_kw)
+        settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id))
+        with serve_app(create_app(settings, redis_url), port):
+            app = GitHubApp(
+                AppCredentials(str(w.app_id), w.private_key, server.url), rdb, timeout=5, retry=FAST
+            )
+            yield Stage(server, admin, w, Context(rdb, app, w.app_id), rdb)
+
+
+@pytest.fixture
+def stage(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
+    yield from make_stage(tmp_path, redis_url, rdb)
