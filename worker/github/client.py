@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import redis
 from githubkit import AppAuthStrategy, GitHub
-from githubkit.cache import RedisCacheStrategy
+from githubkit.cache.redis import RedisCache, RedisCacheStrategy
 
 from bot.errors import BatonError
 from worker.github.retry import RetryPolicy
@@ -36,6 +37,21 @@ PERMISSIONS: dict[str, dict[str, str]] = {
         "checks": "write",
     },
 }
+
+
+class _TokenCache(RedisCache):
+    """githubkit's Redis cache, minus one failure: a token minted with under a
+    minute of life gets a zero or negative expiry, which Redis refuses. Such a
+    token is used for this call and simply not cached."""
+
+    def set(self, key: str, value: str, ex: timedelta) -> None:
+        if ex.total_seconds() >= 1:
+            super().set(key, value, ex)
+
+
+class _TokenCacheStrategy(RedisCacheStrategy):
+    def get_cache_storage(self) -> RedisCache:
+        return _TokenCache(self.client, self.prefix)
 
 
 class GitHubError(BatonError):
@@ -66,7 +82,7 @@ class GitHubApp:
             base_url=credentials.api_url,
             user_agent=USER_AGENT,
             timeout=timeout,
-            cache_strategy=RedisCacheStrategy(cache, prefix=CACHE_PREFIX),
+            cache_strategy=_TokenCacheStrategy(cache, prefix=CACHE_PREFIX),
             http_cache=False,
             auto_retry=self.retry,
         )
