@@ -136,8 +136,10 @@ def test_check_run_output_over_githubs_limits_still_lands(stage: Stage) -> None:
     gh = stage.ctx.github
     assert gh is not None
     client = gh.for_repository(stage.world.installation_id, world.REPO, "report")
-    run = api.create_check_run(client, world.REPO, name="baton/merge-gate", head_sha=stage.world.head_sha,
-                               external_id="task-1", details_url=None, output=Output("t", "started"))  # fmt: skip
+    run = api.create_check_run(
+        client, world.REPO, name="baton/merge-gate", head_sha=stage.world.head_sha,
+        external_id="task-1", details_url=None, output=Output("t", "started"),
+    )  # fmt: skip
     notes = [Annotation("src/widgets.py", 1, 1, "warning", f"note {i}") for i in range(120)]
     api.complete_check_run(
         client, world.REPO, run, conclusion="neutral", details_url="https://baton.example/evidence/task-1",
