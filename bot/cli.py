@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "worker.commands.policy",
     "worker.commands.gate",
     "emulator.command",
+    "emulator.demo",
 )
 
 

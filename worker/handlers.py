@@ -101,8 +101,12 @@ def agent_run(ctx: Context, task: Task, agent: str, *, offline: bool = False) ->
     if widening:
         sources += [f"ignored (a repository may only narrow the org policy): {w}" for w in widening]
     if not decision.allowed:
+        legs = ", ".join(str(axis).replace("_", " ") for axis in decision.triggered)
         return Result(State.DENIED, f"trifecta: {', '.join(decision.triggered)}", Status(
-            State.DENIED, task.id, agent, explain(decision), details=sources,
+            State.DENIED, task.id, agent,
+            f"Baton started no agent: this run of `{agent}` would combine {legs} (the lethal trifecta). "
+            "Here is what put each one there, and what would make it pass:",
+            evidence=explain(decision), details=sources,
             next_steps=(f"Comment `/baton run {agent} --offline` to run it with every external-communication "
                         "tool and egress host removed (decided again by the same gate).",
                         "Or narrow the agent in `.github/baton.yml` as suggested above."),

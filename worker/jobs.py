@@ -41,6 +41,8 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
         result = failed(task, BatonError("internal-error", f"{type(exc).__name__} (see the worker log)"))
     lifecycle.move(ctx.redis, task.id, result.state, result.detail, **result.fields)
     published = publish(ctx, task, result)
+    # Last: the task's side effects are done (readers wait for this, not for the state).
+    ctx.redis.hset(lifecycle.PREFIX + task.id, "published", published)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
                             "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:

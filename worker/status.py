@@ -40,6 +40,7 @@ class Status:
     summary: str
     details: Sequence[str] = field(default_factory=tuple)
     next_steps: Sequence[str] = field(default_factory=tuple)
+    evidence: str | None = None  # preformatted (e.g. the gate's explanation), shown verbatim
 
 
 def render(status: Status) -> str:
@@ -50,6 +51,8 @@ def render(status: Status) -> str:
         "",
         status.summary,
     ]
+    if status.evidence:
+        lines += ["", "```text", status.evidence.replace("```", "` ` `"), "```"]
     if status.details:
         lines += ["", *(f"- {d}" for d in status.details)]
     if status.next_steps:
