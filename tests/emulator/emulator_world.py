@@ -10,10 +10,8 @@ from typing import Any
 
 import httpx
 import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
-from emulator import EmulatorServer
+from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
 
 OWNER = "acme"
@@ -43,17 +41,8 @@ INSTALLATION_PERMISSIONS = {
 
 @functools.cache
 def keypair(name: str = "default") -> tuple[str, str]:
-    """A fresh RSA key pair per name (private PEM, public PEM); generated in the test run only."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-    return private, public
+    """One key pair per name for the whole test run (RSA generation is slow); never committed."""
+    return world.keypair()
 
 
 def app_jwt(
