@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from bot.errors import BatonError
-from bot.tasks import Kind, Task
+from bot.tasks import Kind, Repository, Task
 from worker import config
-from worker.authorize import authorize
+from worker.authorize import Authorization, authorize
 from worker.context import Context
 from worker.github import api
 from worker.github.limits import Output
@@ -59,33 +58,45 @@ def failed(task: Task, exc: BatonError) -> Result:
 # -- agent runs --------------------------------------------------------------------------------
 
 
-def agent_run(ctx: Context, task: Task, agent: str, *, offline: bool = False) -> Result:
+def _policy_failed(task: Task, agent: str | None, exc: PolicyError) -> Result:
+    problems = [str(p) for p in exc.problems]
+    return Result(State.FAILED, f"policy invalid: {problems[0] if problems else exc.message}", Status(
+        State.FAILED, task.id, agent,
+        "The capability policy could not be read, so Baton refuses to run anything.", details=problems,
+        next_steps=("Fix the file at the line and column shown, then comment `/baton retry`.",),
+    ))  # fmt: skip
+
+
+def _gatekeep(ctx: Context, task: Task) -> tuple[config.LoadedPolicy, Authorization]:
+    """Steps 1 and 2: the effective policy, and whether the sender may trigger under it."""
     app = ctx.need_github()
     repo, installation = _where(task)
-    try:
-        loaded = config.load(app, ctx.redis, installation, repo.full_name)
-    except PolicyError as exc:
-        problems = [str(p) for p in exc.problems]
-        return Result(State.FAILED, f"policy invalid: {problems[0] if problems else exc.message}", Status(
-            State.FAILED, task.id, agent,
-            "The capability policy could not be read, so Baton refuses to run anything.", details=problems,
-            next_steps=("Fix the file at the line and column shown, then comment `/baton retry`.",),
-        ))  # fmt: skip
-    policy = loaded.merged.policy
-    widening = [str(p) for p in loaded.merged.problems]
-
+    loaded = config.load(app, ctx.redis, installation, repo.full_name)
+    trigger = loaded.merged.policy.trigger
     gh = app.for_repository(installation, repo.full_name, "read")
     found = None if task.sender.is_bot else api.permission(gh, repo.full_name, task.sender.login)
-    verdict = authorize(task.sender, found, min_permission=policy.trigger.min_permission,
-                        allow_bots=policy.trigger.allow_bots)  # fmt: skip
-    last_run = orjson.dumps({"agent": agent, "offline": offline})
-    ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
+    verdict = authorize(
+        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
+    )
+    return loaded, verdict
+
+
+def agent_run(ctx: Context, task: Task, agent: str, *, offline: bool = False) -> Result:
+    try:
+        loaded, verdict = _gatekeep(ctx, task)
+    except PolicyError as exc:
+        return _policy_failed(task, agent, exc)
+    policy = loaded.merged.policy
+    widening = [str(p) for p in loaded.merged.problems]
     if not verdict.allowed:
         return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}", Status(
             State.REFUSED, task.id, agent, verdict.reason,
             next_steps=(f"Ask someone with {policy.trigger.min_permission} access to label the issue "
                         f"`agent:{agent}` or comment `/baton run {agent}`.",),
         ))  # fmt: skip
+    repo, _ = _where(task)
+    last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
+    ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
 
     try:
         decision = decide(policy, TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline))
@@ -137,7 +148,7 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
     )
 
 
-def _where(task: Task) -> tuple[Any, int]:
+def _where(task: Task) -> tuple[Repository, int]:
     if task.repository is None or task.installation_id is None:
         raise BatonError("no-installation", "the delivery names no repository or installation")
     return task.repository, task.installation_id
@@ -164,14 +175,10 @@ def command(ctx: Context, task: Task) -> Result:
 
 
 def _checked_reply(ctx: Context, task: Task, message: str) -> Result:
-    app = ctx.need_github()
-    repo, installation = _where(task)
-    loaded = config.load(app, ctx.redis, installation, repo.full_name)
-    gh = app.for_repository(installation, repo.full_name, "read")
-    found = None if task.sender.is_bot else api.permission(gh, repo.full_name, task.sender.login)
-    policy = loaded.merged.policy
-    verdict = authorize(task.sender, found, min_permission=policy.trigger.min_permission,
-                        allow_bots=policy.trigger.allow_bots)  # fmt: skip
+    try:
+        _, verdict = _gatekeep(ctx, task)
+    except PolicyError as exc:
+        return _policy_failed(task, None, exc)
     if not verdict.allowed:
         return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}")  # no reply to strangers
     return Result(

@@ -157,3 +157,13 @@ def test_a_repo_file_that_widens_the_ceiling_is_reported_and_ignored(
         assert st.label(number, "claude-code", sender="maria")["state"] == "accepted"
         body = st.baton_comments(number)[0]["body"]
         assert "a repository may only narrow the org policy" in body
+
+
+def test_a_refused_command_does_not_become_the_run_retry_repeats(stage: Stage) -> None:
+    number = stage.issue()
+    assert stage.label(number, "claude-code", sender="maria")["state"] == "accepted"
+    assert stage.comment(number, "/baton run researcher", user="rita")["state"] == "refused"
+    retried = stage.comment(number, "/baton retry", user="maria")
+    assert retried["state"] == "accepted"  # claude-code again, not rita's researcher (which is denied)
+    record = orjson.loads(stage.rdb.get(DECISION_PREFIX + retried["task_id"]) or b"{}")
+    assert record["decision"]["agent"] == "claude-code"
