@@ -20,7 +20,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
-from rq.job import Job, JobStatus
+from rq.job import Callback, Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
@@ -130,6 +130,7 @@ def _layout(queue_name: str) -> _Layout:
         failure_ttl=queues.FAILURE_TTL_S,
         origin=spec.name,
         status=JobStatus.QUEUED,
+        on_failure=Callback(queues.FAILURE_CALLBACK),
     )
     static: list[str | bytes | int] = []
     for key, value in job.to_dict().items():

@@ -13,6 +13,8 @@ from bot.tasks import Kind
 
 #: The job function every queue runs; the worker package, imported by name only.
 JOB_FUNCTION = "worker.jobs.run_task"
+#: What RQ calls when a job fails or is abandoned by a dead worker, so no task stays "running".
+FAILURE_CALLBACK = "worker.jobs.on_failure"
 
 
 @dataclass(frozen=True, slots=True)

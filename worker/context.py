@@ -35,8 +35,8 @@ class Context:
 _redis_url: str | None = None
 
 
-def configure(redis_url: str) -> None:
-    """Called by `baton worker` before it starts taking jobs."""
+def configure(redis_url: str | None) -> None:
+    """Called by `baton worker` before it starts taking jobs (None: forget it again)."""
     global _redis_url  # noqa: PLW0603 - one value per process, set once at start-up
     _redis_url = redis_url
 

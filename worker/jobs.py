@@ -12,6 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
+from rq.job import Job
+from rq.timeouts import JobTimeoutException
+
 from bot.errors import BatonError
 from bot.tasks import Task
 from worker import context, lifecycle
@@ -48,6 +52,31 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
     if unexpected is not None:
         raise unexpected
     return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+
+
+def on_failure(job: Job, connection: redis.Redis, exc_type: type[BaseException], *_exc: object) -> None:
+    """RQ's failure callback: the job failed, timed out, or its worker died (abandoned).
+
+    Whatever happened, the task must not stay `running`: it ends `failed`, saying
+    why, on the issue where there is one. A task that already reached a final
+    state (``execute`` records its own failures) is left as it is.
+    """
+    if lifecycle.current(connection, job.id) in lifecycle.TERMINAL:
+        return
+    task = Task.from_dict(job.args[0])
+    if exc_type.__name__ == "AbandonedJobError":
+        error = BatonError("worker-lost", "the worker running this task stopped before it finished")
+    elif issubclass(exc_type, JobTimeoutException):
+        error = BatonError("timed-out", "the task ran longer than its queue allows and was stopped")
+    else:
+        error = BatonError("job-failed", f"{exc_type.__name__} (see the worker log)")
+    result = failed(task, error)
+    lifecycle.move(connection, task.id, result.state, result.detail)
+    try:
+        ctx = context.current()
+    except BatonError:
+        return
+    connection.hset(lifecycle.PREFIX + task.id, "published", publish(ctx, task, result))
 
 
 def publish(ctx: Context, task: Task, result: Result) -> str:

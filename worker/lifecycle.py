@@ -62,8 +62,9 @@ class Moved:
 def check(before: State | None, after: State) -> None:
     """Raise IllegalMove unless ``before -> after`` is in the table (None: a new task)."""
     if before is None:
-        if after not in (State.QUEUED, State.RUNNING):
-            raise IllegalMove("illegal-move", f"a new task starts queued or running, not {after}")
+        # FAILED: the worker died while picking the task up, before it could mark it running.
+        if after not in (State.QUEUED, State.RUNNING, State.FAILED):
+            raise IllegalMove("illegal-move", f"a new task starts queued or running (or failed), not {after}")
         return
     if after not in MOVES[before]:
         raise IllegalMove("illegal-move", f"a task cannot go from {before} to {after}")
