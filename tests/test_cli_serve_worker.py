@@ -128,9 +128,14 @@ def test_serve_and_worker_as_separate_processes_on_redis_url(
         _wait_ready(base, serve)
         client = redis.Redis.from_url(redis_url)
         _deliver_and_wait(base, client)
-        # The supervisor runs one process per pool: gates+control and agents.
-        workers = client.smembers("rq:workers")
-        assert len(workers) == 2
+        # The supervisor runs one process per pool: gates+control and agents (each registers itself).
+        deadline = time.monotonic() + 30
+        while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        queues_served = sorted(
+            (client.hget(w, "queues") or b"").decode() for w in client.smembers("rq:workers")
+        )
+        assert queues_served == ["baton-agents", "baton-gates,baton-control"]
         client.close()
     finally:
         assert _stop(work) == 0, _output(work)
