@@ -68,7 +68,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (callers retry if it is taken meanwhile)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -92,7 +93,7 @@ class EmbeddedRedis:
         password = secrets.token_urlsafe(24)
         last_error = ""
         for _ in range(3):  # the free port can be taken between probe and bind
-            port = _free_port()
+            port = free_port()
             args = [
                 binary,
                 "--port", str(port),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import threading
 import time
 import uuid
@@ -17,7 +16,7 @@ import redis
 import uvicorn
 from starlette.types import ASGIApp
 
-from bot.redis_server import EmbeddedRedis
+from bot.redis_server import EmbeddedRedis, free_port
 from bot.signature import sign
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -45,12 +44,6 @@ def rdb(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

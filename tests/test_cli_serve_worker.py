@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,8 @@ import pytest
 import redis
 
 from bot.app import WEBHOOK_PATH
-from tests.conftest import SECRET, delivery_headers, labeled
+from tests.conftest import SECRET, delivery_headers, free_port, labeled
 from worker import lifecycle
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -91,7 +84,7 @@ def _deliver_and_wait(base: str, client: redis.Redis) -> None:
 
 @pytest.fixture
 def port() -> int:
-    return _free_port()
+    return free_port()
 
 
 def test_serve_with_worker_on_the_embedded_server(tmp_path: Path, port: int) -> None:
