@@ -16,12 +16,12 @@ from bot.errors import BatonError
 
 #: Subcommand modules, in the order `baton --help` lists them.
 COMMANDS: tuple[str, ...] = (
+    "emulator.demo",  # what a newcomer runs first
     "bot.commands.serve",
     "worker.commands.worker",
     "worker.commands.policy",
     "worker.commands.gate",
     "emulator.command",
-    "emulator.demo",
 )
 
 
