@@ -176,3 +176,24 @@ def test_bad_settings_give_one_clear_line(
     assert len(lines) == 1, done.stderr
     assert message in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_worker_supervisor_exits_nonzero_when_a_pool_process_stops_on_its_own(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Even a clean exit of one child (its own warm shutdown) is a lost pool: the platform must restart."""
+    client = redis.Redis.from_url(redis_url)
+    supervisor = _baton("worker", env=_env(tmp_path, REDIS_URL=redis_url))
+    try:
+        deadline = time.monotonic() + 30
+        while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        children = Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children").read_text().split()
+        assert len(children) == 2
+        os.kill(int(children[0]), signal.SIGTERM)  # RQ finishes up and exits 0
+        assert supervisor.wait(timeout=40) == 1, _output(supervisor)
+        for pid in children:
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    finally:
+        _stop(supervisor)
+        client.close()

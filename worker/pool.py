@@ -75,6 +75,7 @@ def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:
     env = {**os.environ, "REDIS_URL": redis_url, "LOG_LEVEL": log_level}
     children: list[subprocess.Popen[bytes]] = []
     stopping = False
+    lost = False  # a child ended without being asked to: the group must be restarted
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
@@ -94,6 +95,7 @@ def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:
             dead = [c for c in children if c.poll() is not None]
             if dead:
                 log.error("a worker process exited; stopping the rest", extra={"code": dead[0].returncode})
+                lost = True
                 stop(signal.SIGTERM, None)
                 break
             time.sleep(0.2)
@@ -105,7 +107,7 @@ def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:
                 child.kill()
                 child.wait()
         codes = [c.returncode for c in children]
-        return 0 if stopping and not dead_codes(codes) else 1
+        return 1 if lost or dead_codes(codes) else 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
