@@ -1,7 +1,8 @@
--- wrk script for bench/ingest: one signed issues.labeled body, a new delivery id per request.
--- The signature covers the body only, so it is computed once by bench/ingest and passed in.
+-- wrk script for bench/ingest: signed issues.labeled bodies, a new delivery id and body per request.
+-- Baton stores a body once (the signature covers the body, not the id), so each body ends with its
+-- delivery id; bench/ingest signed them beforehand, one file of signatures per wrk thread.
 local counter = 0
-local thread_id = 0
+-- thread_id: a global each wrk thread gets from setup() (thread:set), 1-based
 local threads = {}
 local next_id = 0
 
@@ -11,17 +12,28 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
-function init(args)
-  local f = assert(io.open(args[1], "rb"))
-  body = f:read("*a")
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("*a")
   f:close()
-  signature = args[2]
+  return text
+end
+
+function init(args)
+  prefix = slurp(args[1] .. "/prefix.json")
+  suffix = slurp(args[1] .. "/suffix.json")
+  signatures = {}
+  for line in io.lines(args[1] .. "/sig-" .. thread_id .. ".txt") do
+    signatures[#signatures + 1] = line
+  end
   run_tag = tonumber(args[3])
 end
 
 function request()
   counter = counter + 1
   local delivery = string.format("%08x-%04x-4000-8000-%012x", run_tag, thread_id, counter)
+  -- Past the prepared signatures: unsigned, so it is answered 401 and counted as non-2xx.
+  local signature = signatures[counter] or "sha256=none"
   local headers = {
     ["Content-Type"] = "application/json",
     ["User-Agent"] = "GitHub-Hookshot/bench",
@@ -29,7 +41,7 @@ function request()
     ["X-GitHub-Delivery"] = delivery,
     ["X-Hub-Signature-256"] = signature,
   }
-  return wrk.format("POST", "/api/github/webhooks", headers, body)
+  return wrk.format("POST", "/api/github/webhooks", headers, prefix .. delivery .. suffix)
 end
 
 function done(summary, latency, requests)

@@ -1,11 +1,19 @@
-"""Store a task in Redis, exactly once per delivery id, before anyone answers 2xx.
+"""Store a task in Redis, exactly once per delivery id and per body, before anyone answers 2xx.
 
-One Lua script does the whole thing atomically: `SET NX` the delivery id
-(7 days), and only if that succeeded write the RQ job hash, push the job id
-onto its queue and register the queue. Two racing requests with the same id
-therefore make exactly one job. Concurrent requests are batched: whatever
-arrives while a round trip is in flight goes out together in the next
-pipeline, so one connection carries thousands of deliveries a second.
+One Lua script does the whole thing atomically. It first checks three keys:
+the delivery id, the sha256 of the body, and the task's record. If any
+exists, the delivery is a redelivery (same id) or a replay (the HMAC covers
+the body, not `X-GitHub-Delivery`, so a captured body re-sent under a fresh
+id is the same delivery) and nothing is written. Otherwise it sets the id and
+body keys (7 days each), writes the task's record in state ``queued`` (its
+history entry and the ``queued`` registry: the shapes ``worker.lifecycle``
+writes for later moves), the RQ job hash, pushes the job id onto its queue
+and registers the queue. Racing requests with the same id or the same body
+therefore make exactly one job, and a refused one leaves no trace.
+
+Concurrent requests are batched: whatever arrives while a round trip is in
+flight goes out together in the next pipeline, so one connection carries
+thousands of deliveries a second.
 """
 
 from __future__ import annotations
@@ -24,17 +32,30 @@ from rq.job import Callback, Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues
+from bot import queues, records
 from bot.errors import RedisUnavailable
 from bot.tasks import Task
 
-ENQUEUE_SCRIPT = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  return 0
-end
-redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-redis.call('RPUSH', KEYS[3], ARGV[1])
-redis.call('SADD', KEYS[4], KEYS[3])
+_NUMKEYS = 8
+ENQUEUE_SCRIPT = f"""
+-- KEYS: 1 delivery id, 2 body sha256, 3 task record, 4 its history, 5 RQ job hash,
+--       6 RQ queue, 7 RQ's set of queues, 8 the {records.QUEUED} registry
+-- ARGV: 1 task id, 2 dedupe TTL, 3 record TTL, 4 updated_at, 5 registry score,
+--       6 detail, 7 history entry, 8.. the job hash's fields and values
+local seen = redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[2])
+if seen then return seen end
+if redis.call('EXISTS', KEYS[3]) == 1 then return ARGV[1] end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+redis.call('HSET', KEYS[3], 'state', '{records.QUEUED}', 'detail', ARGV[6], 'updated_at', ARGV[4])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+redis.call('RPUSH', KEYS[4], ARGV[7])
+redis.call('LTRIM', KEYS[4], -{records.HISTORY_LIMIT}, -1)
+redis.call('EXPIRE', KEYS[4], ARGV[3])
+redis.call('ZADD', KEYS[8], ARGV[5], ARGV[1])
+redis.call('HSET', KEYS[5], unpack(ARGV, 8))
+redis.call('RPUSH', KEYS[6], ARGV[1])
+redis.call('SADD', KEYS[7], KEYS[6])
 return 1
 """
 
@@ -48,7 +69,7 @@ COMPRESS_OVER = 4096
 class Prepared:
     """One task as the tail of an EVALSHA command, RESP-encoded before touching Redis.
 
-    Encoding here (static fields once per queue, see ``_template``) rather than
+    Encoding here (static fields once per queue, see ``_layout``) rather than
     in redis-py's generic packer is what keeps a delivery at a few microseconds:
     the generic packer spent ~100 µs on the ~40 arguments of a job hash.
     """
@@ -63,14 +84,17 @@ def _bulk(value: str | bytes | int) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(raw), raw)
 
 
-def prepare(task: Task) -> Prepared:
-    """The job hash RQ would write for this task, as the tail of the script call.
+def prepare(task: Task, now: float) -> Prepared:
+    """The script call that stores this task, as the tail of an EVALSHA command.
 
-    RQ owns the format: the static fields come from a job RQ itself created
-    (see ``_layout``); per task we set only what RQ sets per job. The task's
-    ``received_at`` (UTC, milliseconds) doubles as RQ's created/enqueued time.
+    RQ owns the job hash's format: the static fields come from a job RQ itself
+    created (see ``_layout``); per task we set only what RQ sets per job. The
+    task's ``received_at`` (``now`` as ``bot.logs.timestamp`` writes it) doubles
+    as RQ's created/enqueued time and as the record's ``updated_at``; ``now`` is
+    the task's score in the ``queued`` registry.
     """
-    layout = _layout(queues.QUEUE_FOR[task.kind].name)
+    spec = queues.QUEUE_FOR[task.kind]
+    layout = _layout(spec.name)
     # RQ's JSON serializer reads this back (orjson writes plain JSON; it knows
     # dataclasses and enums natively, ~20x faster than asdict + json).
     data = orjson.dumps([queues.JOB_FUNCTION, None, [task], {}])
@@ -78,17 +102,29 @@ def prepare(task: Task) -> Prepared:
         data = zlib.compress(data, 1)
     repo = task.repository.full_name if task.repository else "-"
     description = f"{task.kind} {repo} #{task.number or '-'} delivery {task.delivery_id}"
+    detail, detail_bulk = _detail(task.kind, spec.name)
+    # The entry worker.lifecycle.move writes, for the move from nothing to queued.
+    entry = orjson.dumps({"at": task.received_at, "from": None, "to": records.QUEUED, "detail": detail})
     stamp = _bulk(task.received_at)
+    record = records.TASK_PREFIX + task.id
     return Prepared(
         job_id=task.id,
         argc=layout.argc,
         tail=b"".join(
             (
                 _bulk(queues.DEDUPE_PREFIX + task.id),
+                _bulk(queues.BODY_PREFIX + task.payload_sha256),
+                _bulk(record),
+                _bulk(record + records.HISTORY_SUFFIX),
                 _bulk(Job.redis_job_namespace_prefix + task.id),
                 layout.after_job_key,
                 _bulk(task.id),
-                layout.after_job_id,
+                layout.after_task_id,
+                stamp,
+                _bulk(b"%.6f" % now),  # seconds, as the worker scores its registries
+                detail_bulk,
+                _bulk(entry),
+                layout.after_history,
                 stamp,
                 layout.after_created,
                 stamp,
@@ -101,13 +137,20 @@ def prepare(task: Task) -> Prepared:
     )
 
 
+@functools.cache
+def _detail(kind: str, queue_name: str) -> tuple[str, bytes]:
+    detail = f"{kind} queued on {queue_name}"
+    return detail, _bulk(detail)
+
+
 @dataclass(frozen=True, slots=True)
 class _Layout:
     """The constant RESP pieces of one queue's script call, between the per-task ones."""
 
     argc: int
-    after_job_key: bytes  # the queue key and RQ's queue registry (KEYS[3], KEYS[4])
-    after_job_id: bytes  # dedupe TTL, RQ's static job fields, then the name "created_at"
+    after_job_key: bytes  # the queue, RQ's set of queues, the queued registry (KEYS[6..8])
+    after_task_id: bytes  # the dedupe and record TTLs
+    after_history: bytes  # RQ's static job fields, then the name "created_at"
     after_created: bytes
     after_enqueued: bytes
     after_description: bytes
@@ -136,11 +179,21 @@ def _layout(queue_name: str) -> _Layout:
     for key, value in job.to_dict().items():
         if key not in _PER_JOB_FIELDS:
             static += [key, value.value if isinstance(value, JobStatus) else value]
-    keys_and_head = 4 + 2  # four keys, then job id and TTL
+    head = 7  # ARGV[1..7]: task id, two TTLs, updated_at, score, detail, history entry
     return _Layout(
-        argc=keys_and_head + len(static) + 2 * len(_PER_JOB_FIELDS),
-        after_job_key=_bulk(Queue.redis_queue_namespace_prefix + spec.name) + _bulk(Queue.redis_queues_keys),
-        after_job_id=_bulk(queues.DEDUPE_TTL_S) + b"".join(map(_bulk, static)) + _bulk("created_at"),
+        argc=_NUMKEYS + head + len(static) + 2 * len(_PER_JOB_FIELDS),
+        after_job_key=b"".join(
+            map(
+                _bulk,
+                (
+                    Queue.redis_queue_namespace_prefix + spec.name,
+                    Queue.redis_queues_keys,
+                    records.REGISTRY_PREFIX + records.QUEUED,
+                ),
+            )
+        ),
+        after_task_id=_bulk(queues.DEDUPE_TTL_S) + _bulk(records.RECORD_TTL_S),
+        after_history=b"".join(map(_bulk, static)) + _bulk("created_at"),
         after_created=_bulk("enqueued_at"),
         after_enqueued=_bulk("description"),
         after_description=_bulk("data"),
@@ -159,20 +212,22 @@ class Enqueuer:
         self._client = client
         self._conn: aioredis.Connection | None = None
         self._timeout = timeout
-        self._pending: list[tuple[Prepared, asyncio.Future[bool]]] = []
+        self._pending: list[tuple[Prepared, asyncio.Future[str | None]]] = []
         self._wakeup = asyncio.Event()
         self._sha: bytes | None = None
         self._runner: asyncio.Task[None] | None = None
 
-    async def submit(self, item: Prepared) -> bool:
-        """True if stored now, False if the delivery id was seen before.
+    async def submit(self, item: Prepared) -> str | None:
+        """None if the task was stored now; else the id of the task already stored
+        for this delivery id or this body (a redelivery or a replay), and nothing was written.
 
-        Raises RedisUnavailable if Redis did not confirm within the timeout.
+        Raises RedisUnavailable if Redis refused the write, or did not confirm it
+        within the timeout (code ``redis-timeout``: then it may have landed).
         """
         loop = asyncio.get_running_loop()
         if self._runner is None or self._runner.done():
             self._runner = loop.create_task(self._run())
-        future: asyncio.Future[bool] = loop.create_future()
+        future: asyncio.Future[str | None] = loop.create_future()
         self._pending.append((item, future))
         self._wakeup.set()
         expiry = loop.call_later(self._timeout, _expire, future, self._timeout)
@@ -191,19 +246,22 @@ class Enqueuer:
                 if live:
                     await self._flush(live)
 
-    async def _flush(self, batch: list[tuple[Prepared, asyncio.Future[bool]]]) -> None:
+    async def _flush(self, batch: list[tuple[Prepared, asyncio.Future[str | None]]]) -> None:
         items = [item for item, _ in batch]
         try:
             try:
                 results = await self._execute(items)
             except (ConnectionError, OSError):
                 # A dropped connection (Redis restarted, idle timeout): once more on
-                # a fresh one. Safe because the script is idempotent per delivery id.
+                # a fresh one. Safe because the script is idempotent per delivery id
+                # (one that landed before the drop is then answered as a duplicate).
                 await self._reset()
                 results = await self._execute(items)
         except (RedisError, OSError) as exc:
             await self._reset()
-            error = RedisUnavailable("redis-error", f"Redis refused or dropped the write: {exc}")
+            error = RedisUnavailable(
+                "redis-unreachable", f"Redis could not be reached or dropped the write: {exc}"
+            )
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
@@ -211,10 +269,12 @@ class Enqueuer:
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
-            if isinstance(result, Exception):  # e.g. OOM: this one was not stored
-                future.set_exception(RedisUnavailable("redis-error", f"Redis refused the write: {result}"))
-            else:
-                future.set_result(result == 1)
+            if isinstance(result, Exception):  # e.g. OOM: refused before its first write
+                future.set_exception(RedisUnavailable("redis-refused", f"Redis refused the write: {result}"))
+            elif result == 1:
+                future.set_result(None)
+            else:  # the id of the task already stored for this delivery id or body
+                future.set_result(result.decode() if isinstance(result, bytes) else str(result))
 
     async def _execute(self, items: list[Prepared]) -> list[object]:
         if self._sha is None:
@@ -236,7 +296,7 @@ class Enqueuer:
         if self._conn is None:
             self._conn = self._client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
         conn = self._conn
-        head = _bulk(b"EVALSHA") + _bulk(sha) + _bulk(4)
+        head = _bulk(b"EVALSHA") + _bulk(sha) + _bulk(_NUMKEYS)
         await conn.send_packed_command(
             b"".join(b"*%d\r\n%b%b" % (item.argc + 3, head, item.tail) for item in items), check_health=False
         )
@@ -263,6 +323,6 @@ class Enqueuer:
         await self._client.aclose()
 
 
-def _expire(future: asyncio.Future[bool], timeout: float) -> None:
+def _expire(future: asyncio.Future[str | None], timeout: float) -> None:
     if not future.done():
         future.set_exception(RedisUnavailable("redis-timeout", f"Redis did not answer within {timeout:g}s"))

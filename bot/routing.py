@@ -11,16 +11,18 @@ decision, made against GitHub at run time.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.tasks import CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
+from bot.tasks import AGENT_NAME_PATTERN, CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
 
 AGENT_LABEL_PREFIX = "agent:"
 COMMAND_PREFIX = "/baton "
-#: GitHub limits label names to 50 characters, so no agent name is longer.
-MAX_AGENT_NAME = 50
+#: An agent name Baton will act on (and ever quote back): the policy's own pattern. Anything else
+#: in a label or a `/baton run` is not a request to Baton, so it is ignored, not answered.
+AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
 
 class PayloadError(ValueError):
@@ -117,13 +119,13 @@ def _agent_label(payload: Payload) -> str | None:
     if name is None or not name.startswith(AGENT_LABEL_PREFIX):
         return None
     agent = name[len(AGENT_LABEL_PREFIX) :].strip()
-    return agent if 0 < len(agent) <= MAX_AGENT_NAME else None
+    return agent if AGENT_NAME.fullmatch(agent) else None
 
 
 def _issues_labeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
     agent = _agent_label(payload)
     if agent is None:
-        return Ignored("label is not agent:<name>")
+        return Ignored("label is not agent:<name> with a valid agent name")
     issue = _obj(payload, "issue")
     return Routed(
         Kind.AGENT_RUN,
@@ -148,7 +150,8 @@ def _issues_closed(payload: Payload, _app_id: int | None) -> Routed | Ignored:
 
 
 def parse_command(body: str) -> Command | None:
-    """The `/baton …` command on the comment's first line, or None if there is none."""
+    """The `/baton …` command on the comment's first line; None if there is none, or if it names no
+    valid agent (then it is not a request to Baton at all)."""
     first = body.split("\n", 1)[0].rstrip("\r")
     if not first.startswith(COMMAND_PREFIX):
         return None
@@ -163,8 +166,10 @@ def parse_command(body: str) -> Command | None:
         flags = [w for w in rest if w.startswith("--")]
         args = [w for w in rest if not w.startswith("--")]
         unknown = [f for f in flags if f != "--offline"]
-        if len(args) != 1 or unknown or len(args[0]) > MAX_AGENT_NAME:
+        if len(args) != 1 or unknown:
             return Command("invalid", error=usage)
+        if not AGENT_NAME.fullmatch(args[0]):
+            return None  # not an agent name: not a request Baton answers
         return Command("run", agent=args[0], offline="--offline" in flags)
     return Command("invalid", error=usage)
 

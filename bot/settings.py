@@ -8,9 +8,11 @@ a silently ignored setting is worse than a refused start.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from bot.errors import ConfigError
 
@@ -19,6 +21,8 @@ DEFAULT_GITHUB_API_URL = "https://api.github.com"
 DEFAULT_MAX_BODY_BYTES = 25 * 1024 * 1024
 _Getter = Callable[[str], "str | None"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: RFC 6750's token characters; long enough that guessing is not an option.
+METRICS_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
 
 KNOWN: dict[str, str] = {
     "APP_ID": "the GitHub App's id (a number)",
@@ -33,15 +37,28 @@ KNOWN: dict[str, str] = {
     "BATON_MAX_BODY_BYTES": "largest webhook body accepted, in bytes (default 25 MiB)",
     "BATON_REDIS_TIMEOUT": "seconds to wait for Redis before answering 503 (default 2)",
     "BATON_AGENT_WORKERS": "agent-run worker processes started by `baton worker` (default 1)",
+    "BATON_METRICS_PORT": "serve /metrics on HOST at this port only, not on PORT (default: on PORT)",
+    "BATON_METRICS_TOKEN": "require `Authorization: Bearer <token>` for /metrics (16+ characters)",
 }
 
 
-@dataclass(frozen=True)
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` query) shown as ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+@dataclass(frozen=True, repr=False)
 class Settings:
     app_id: str | None = None
     private_key: str | None = field(default=None, repr=False)
     webhook_secrets: tuple[bytes, ...] = field(default=(), repr=False)
-    redis_url: str | None = None
+    redis_url: str | None = None  # may hold a password: shown redacted
     github_api_url: str = DEFAULT_GITHUB_API_URL
     log_level: str = "INFO"
     host: str = "127.0.0.1"
@@ -49,11 +66,24 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     redis_timeout: float = 2.0
     agent_workers: int = 1
+    metrics_port: int | None = None  # /metrics on its own port (and not on ``port``)
+    metrics_token: str | None = field(default=None, repr=False)
 
     @property
     def setup_mode(self) -> bool:
         """With no webhook secret nothing can be verified, so nothing is accepted."""
         return not self.webhook_secrets
+
+    def __repr__(self) -> str:
+        """Secrets are left out, and the Redis URL's password is shown as ``***``."""
+        shown = []
+        for f in fields(self):
+            if f.repr:
+                value = getattr(self, f.name)
+                if f.name == "redis_url" and value is not None:
+                    value = redact_url(value)
+                shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
 
 
 def load(environ: Mapping[str, str] | None = None) -> Settings:
@@ -106,6 +136,21 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     if level not in LOG_LEVELS:
         raise ConfigError("bad-setting", f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
 
+    port = _int(get, "PORT", 3000, 0, 65535)
+    metrics_port = _int(get, "BATON_METRICS_PORT", 0, 1, 65535) or None
+    if metrics_port is not None and metrics_port == port:
+        raise ConfigError(
+            "bad-setting",
+            f"BATON_METRICS_PORT must differ from PORT ({port}): /metrics moves off the main port",
+        )
+    metrics_token = get("BATON_METRICS_TOKEN")
+    if metrics_token is not None and not METRICS_TOKEN.fullmatch(metrics_token):
+        raise ConfigError(
+            "bad-setting",
+            "BATON_METRICS_TOKEN must be 16 to 512 letters, digits or -._~+/= "
+            "(for example the output of `openssl rand -hex 32`)",
+        )
+
     return Settings(
         app_id=app_id,
         private_key=private_key,
@@ -114,10 +159,12 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         github_api_url=api_url,
         log_level=level,
         host=get("HOST") or "127.0.0.1",
-        port=_int(get, "PORT", 3000, 0, 65535),
+        port=port,
         max_body_bytes=_int(get, "BATON_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1, 1 << 31),
         redis_timeout=_float(get, "BATON_REDIS_TIMEOUT", 2.0, 0.05, 30.0),
         agent_workers=_int(get, "BATON_AGENT_WORKERS", 1, 0, 64),
+        metrics_port=metrics_port,
+        metrics_token=metrics_token,
     )
 
 

@@ -16,6 +16,10 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+#: What an agent may be called: in `agent:<name>` labels, `/baton run <name>` and policy files
+#: (the policy schema uses this pattern). Lower case, so a name is never a mention or a link.
+AGENT_NAME_PATTERN = "[a-z0-9][a-z0-9._-]{0,49}"
+
 
 class Kind(StrEnum):
     AGENT_RUN = "agent_run"

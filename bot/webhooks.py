@@ -37,10 +37,30 @@ class Answer:
     status: int
     outcome: str  # the metrics/log label: queued, duplicate, ignored, ping, or an error code
     body: dict[str, object]
+    detail: str | None = None  # for the log line only, never the answer (e.g. Redis's own error text)
 
 
-def _error(status: int, code: str, message: str) -> Answer:
-    return Answer(status, code, {"error": code, "message": message})
+def _error(status: int, code: str, message: str, detail: str | None = None) -> Answer:
+    return Answer(status, code, {"error": code, "message": message}, detail)
+
+
+#: What the sender is told when Redis did not store a task, by RedisUnavailable code; the
+#: error's own text (hosts, ports, Redis's words) goes to the log line only.
+_NOT_STORED: dict[str, tuple[str, str]] = {
+    # No answer in time: the script may have run. A redelivery is then `duplicate`, so nothing is lost.
+    "redis-timeout": (
+        "redis-timeout",
+        "Redis did not confirm the write in time: the delivery may not be stored; redeliver it",
+    ),
+    "redis-unreachable": (
+        "redis-unavailable",
+        "Redis could not be reached or dropped the connection: the delivery may not be stored; redeliver it",
+    ),
+    "redis-refused": (
+        "redis-unavailable",
+        "Redis refused the write: the delivery was not stored; redeliver it",
+    ),
+}
 
 
 class TooLarge(Exception):
@@ -85,16 +105,17 @@ class WebhookEndpoint:
             }
         )
         await send({"type": "http.response.body", "body": body})
-        self.log.write(
-            {
-                "delivery": delivery[:100] or None,
-                "event": event[:100] or None,
-                "action": action[:100] if action else None,
-                "outcome": answer.outcome,
-                "status": answer.status,
-                "latency_ms": round((time.perf_counter() - started) * 1000, 3),
-            }
-        )
+        line: dict[str, object] = {
+            "delivery": delivery[:100] or None,
+            "event": event[:100] or None,
+            "action": action[:100] if action else None,
+            "outcome": answer.outcome,
+            "status": answer.status,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+        if answer.detail is not None:
+            line["detail"] = answer.detail
+        self.log.write(line)
 
     async def _handle(
         self, headers: dict[bytes, bytes], event: str, delivery: str, receive: Receive
@@ -149,22 +170,22 @@ class WebhookEndpoint:
         payload: dict[str, object],
         raw: bytes,
     ) -> Answer:
+        now = time.time()  # one clock reading: received_at, the record's updated_at and its score
         try:
-            task = task_for(
-                event, delivery, payload, raw=raw, received_at=timestamp(time.time()), app_id=self.app_id
-            )
+            task = task_for(event, delivery, payload, raw=raw, received_at=timestamp(now), app_id=self.app_id)
         except PayloadError as exc:
             return _error(400, "bad-payload", f"{event}: {exc}")
         if isinstance(task, Ignored):
             return Answer(202, "ignored", {"status": "ignored", "reason": task.reason})
         started = time.perf_counter()
         try:
-            stored = await enqueuer.submit(prepare(task))
+            existing = await enqueuer.submit(prepare(task, now))
         except RedisUnavailable as exc:
-            return _error(503, "redis-unavailable", f"task not stored, please redeliver: {exc.message}")
+            code, message = _NOT_STORED.get(exc.code, _NOT_STORED["redis-unreachable"])
+            return _error(503, code, message, detail=exc.message)
         self.metrics.enqueue_latency.observe(time.perf_counter() - started)
-        if not stored:
-            return Answer(200, "duplicate", {"status": "duplicate", "task_id": task.id})
+        if existing is not None:  # a redelivery, or this body under another id: nothing written
+            return Answer(200, "duplicate", {"status": "duplicate", "task_id": existing})
         return Answer(202, "queued", {"status": "queued", "task_id": task.id, "kind": task.kind.value})
 
     async def _read_body(self, receive: Receive) -> bytes:

@@ -5,7 +5,8 @@ They are not authenticated (the emulator binds to loopback only), not logged
 in ``github-requests.jsonl`` and never hit by faults. Errors are
 ``{"message": ...}`` with 400/404/409/422. Set-up handlers are in
 :mod:`emulator.admin_setup`, people's actions and webhooks in
-:mod:`emulator.admin_people`; faults, settings and inspection are here.
+:mod:`emulator.admin_people` and :mod:`emulator.admin_changes`; faults,
+settings and inspection are here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from emulator import routes_checks, shapes_items
+from emulator.admin_changes import ChangesAdmin
 from emulator.admin_people import PeopleAdmin
 from emulator.admin_setup import AdminBase, AdminError, SetupAdmin
 from emulator.core import Emulator
@@ -117,20 +119,32 @@ def _wrap(handler: AdminHandler) -> Callable[[Request], Awaitable[Response]]:
 
 def routes(emu: Emulator) -> list[BaseRoute]:
     setup, people, inspect = SetupAdmin(emu), PeopleAdmin(emu), InspectAdmin(emu)
+    changes = ChangesAdmin(emu)
     table: list[tuple[str, str, AdminHandler]] = [
         ("POST", "/users", setup.create_user),
         ("POST", "/apps", setup.create_app),
         ("PATCH", "/apps/{app_id}", setup.update_app),
         ("POST", "/installations", setup.create_installation),
         ("POST", "/installations/{installation_id}/{action}", people.installation_event),
+        ("POST", "/installations/{installation_id}/repositories/{action}", changes.installation_repositories),
         ("POST", "/repos", setup.create_repo),
+        ("DELETE", "/repos/{owner}/{repo}", changes.delete_repo),
         ("POST", "/repos/{owner}/{repo}/commits", setup.commit),
         ("PUT", "/repos/{owner}/{repo}/collaborators/{username}", setup.set_collaborator),
         ("POST", "/repos/{owner}/{repo}/issues", people.create_issue),
         ("POST", "/repos/{owner}/{repo}/issues/{number}/labels", people.label_issue),
+        ("DELETE", "/repos/{owner}/{repo}/issues/{number}/labels/{name:path}", changes.unlabel_issue),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/close", changes.close_issue),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/reopen", changes.reopen_issue),
         ("POST", "/repos/{owner}/{repo}/issues/{number}/comments", people.comment_issue),
         ("POST", "/repos/{owner}/{repo}/pulls", people.open_pull),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/close", changes.close_pull),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/reopen", changes.reopen_pull),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/ready_for_review", changes.ready_for_review),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/convert_to_draft", changes.convert_to_draft),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/push", changes.push_to_pull),
         ("POST", "/check-runs/{run_id}/{what}", people.check_run_event),
+        ("POST", "/check-suites/{suite_id}/rerequest", changes.rerequest_suite),
         ("POST", "/webhooks", people.send_event),
         ("GET", "/deliveries", people.deliveries),
         ("GET", "/deliveries/{delivery_id}", people.delivery),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -95,7 +96,8 @@ class AdminClient:
         repositories: list[str] | None = None,
         installation_id: int | None = None,
     ) -> dict[str, Any]:
-        """``repositories=None`` installs on all of ``account``'s repositories."""
+        """``repositories=None`` installs on all of ``account``'s repositories; a list (names or
+        ``owner/name``) makes a ``selected`` installation of just those."""
         body: dict[str, Any] = {
             "app_id": app_id,
             "account": account,
@@ -116,10 +118,47 @@ class AdminClient:
         files: dict[str, str] | None = None,
         private: bool = False,
         default_branch: str = "main",
+        custom_properties: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A bare repository with one initial commit of ``files``; the answer has ``head_sha``."""
-        body = {"owner": owner, "name": name, "private": private, "default_branch": default_branch}
+        body: dict[str, Any] = {
+            "owner": owner,
+            "name": name,
+            "private": private,
+            "default_branch": default_branch,
+        }
+        if custom_properties is not None:
+            body["custom_properties"] = custom_properties
         result: dict[str, Any] = self.call("POST", "/repos", {**body, "files": files or {}})
+        return result
+
+    def delete_repo(self, full_name: str, *, sender: str | None = None) -> dict[str, Any]:
+        """Delete a repository (``repository.deleted``); afterwards GitHub answers 404 for it."""
+        body = {"sender": sender} if sender is not None else {}
+        result: dict[str, Any] = self.call("DELETE", f"/repos/{full_name}", body)
+        return result
+
+    def add_installation_repositories(
+        self, installation_id: int, repositories: list[str], *, sender: str | None = None
+    ) -> dict[str, Any]:
+        """Add repositories to a selected installation (``installation_repositories.added``)."""
+        return self._installation_repositories(installation_id, "added", repositories, sender)
+
+    def remove_installation_repositories(
+        self, installation_id: int, repositories: list[str], *, sender: str | None = None
+    ) -> dict[str, Any]:
+        """Remove repositories (``installation_repositories.removed``); ``all`` becomes ``selected``."""
+        return self._installation_repositories(installation_id, "removed", repositories, sender)
+
+    def _installation_repositories(
+        self, installation_id: int, action: str, repositories: list[str], sender: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"repositories": repositories}
+        if sender is not None:
+            body["sender"] = sender
+        result: dict[str, Any] = self.call(
+            "POST", f"/installations/{installation_id}/repositories/{action}", body
+        )
         return result
 
     def commit(
@@ -154,13 +193,87 @@ class AdminClient:
         result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/issues/{number}/comments", payload)
         return result
 
+    def unlabel(self, full_name: str, number: int, label: str, *, sender: str) -> dict[str, Any]:
+        """A person removes one label (``issues.unlabeled``, or ``pull_request.unlabeled`` on a pull)."""
+        path = f"/repos/{full_name}/issues/{number}/labels/{quote(label, safe='')}"
+        result: dict[str, Any] = self.call("DELETE", path, {"sender": sender})
+        return result
+
+    def close_issue(
+        self, full_name: str, number: int, *, sender: str, state_reason: str = "completed"
+    ) -> dict[str, Any]:
+        """``issues.closed`` (``state_reason`` completed or not_planned); a pull's number closes the pull."""
+        body = {"sender": sender, "state_reason": state_reason}
+        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/issues/{number}/close", body)
+        return result
+
+    def reopen_issue(self, full_name: str, number: int, *, sender: str) -> dict[str, Any]:
+        """``issues.reopened`` (``state_reason`` becomes reopened)."""
+        result: dict[str, Any] = self.call(
+            "POST", f"/repos/{full_name}/issues/{number}/reopen", {"sender": sender}
+        )
+        return result
+
     def open_pull(
-        self, full_name: str, *, head: str, user: str, title: str = "Change", base: str | None = None
+        self,
+        full_name: str,
+        *,
+        head: str,
+        user: str,
+        title: str = "Change",
+        base: str | None = None,
+        draft: bool = False,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"head": head, "user": user, "title": title}
         if base is not None:
             body["base"] = base
+        if draft:
+            body["draft"] = True
         result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/pulls", body)
+        return result
+
+    def _pull_action(self, full_name: str, number: int, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/pulls/{number}/{action}", body)
+        return result
+
+    def close_pull(self, full_name: str, number: int, *, sender: str) -> dict[str, Any]:
+        """``pull_request.closed`` (not merged)."""
+        return self._pull_action(full_name, number, "close", {"sender": sender})
+
+    def reopen_pull(self, full_name: str, number: int, *, sender: str) -> dict[str, Any]:
+        """``pull_request.reopened``; 422 if the head branch is gone or another pull is open on it."""
+        return self._pull_action(full_name, number, "reopen", {"sender": sender})
+
+    def ready_for_review(self, full_name: str, number: int, *, sender: str) -> dict[str, Any]:
+        """A draft pull becomes ready: ``pull_request.ready_for_review``."""
+        return self._pull_action(full_name, number, "ready_for_review", {"sender": sender})
+
+    def convert_to_draft(self, full_name: str, number: int, *, sender: str) -> dict[str, Any]:
+        """``pull_request.converted_to_draft``."""
+        return self._pull_action(full_name, number, "convert_to_draft", {"sender": sender})
+
+    def push_to_pull(
+        self,
+        full_name: str,
+        number: int,
+        files: dict[str, str | None],
+        *,
+        sender: str,
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """One commit onto the pull's head branch: ``push`` and ``pull_request.synchronize``.
+
+        The answer has ``sha`` (= ``after``), ``before``, ``branch`` and ``deliveries``.
+        """
+        body: dict[str, Any] = {"files": files, "sender": sender}
+        if message is not None:
+            body["message"] = message
+        result: dict[str, Any] = self._pull_action(full_name, number, "push", body)
+        return result
+
+    def rerequest_check_suite(self, suite_id: int, *, sender: str) -> dict[str, Any]:
+        """A person re-runs all checks: ``check_suite.rerequested`` to the suite's App."""
+        result: dict[str, Any] = self.call("POST", f"/check-suites/{suite_id}/rerequest", {"sender": sender})
         return result
 
     def send_event(

@@ -56,13 +56,16 @@ class PeopleAdmin(AdminBase):
         repo = self._repo(params)
         item = self._issue(repo, params["number"])
         sender = ensure_user(self.emu, need_str(body, "sender", LOGIN))
+        names = str_list(body, "labels")
+        if not names:
+            raise AdminError(422, "'labels' must name at least one label (GitHub refuses an empty list)")
         pending: list[Delivery] = []
         routes_issues.add_labels(
             self.emu,
             base,
             repo,
             item,
-            str_list(body, "labels"),
+            names,
             pending=pending,
             sender=sender.login,
             acting=None,
@@ -158,16 +161,7 @@ class PeopleAdmin(AdminBase):
         payload: dict[str, Any] = {
             "action": action,
             "installation": shapes.installation(base, state, inst),
-            "repositories": [
-                {
-                    "id": r.id,
-                    "node_id": shapes.node_id("Repository", r.id),
-                    "name": r.name,
-                    "full_name": r.full_name,
-                    "private": r.private,
-                }
-                for r in state.installation_repos(inst)
-            ],
+            "repositories": [shapes.mini_repository(r) for r in state.installation_repos(inst)],
             "requester": None,
             "sender": shapes.simple_user(base, sender),
         }
@@ -181,13 +175,6 @@ class PeopleAdmin(AdminBase):
         return 200, {"deliveries": [webhooks.summary(d) for d in pending]}
 
     # -- webhooks -------------------------------------------------------------
-    async def _send(self, pending: list[Delivery], body: dict[str, Any]) -> None:
-        """Deliver before answering, so a test sees the outcome at once; ``"wait": false`` sends later."""
-        if body.get("wait", True):
-            await self.emu.deliver(pending)
-        elif pending:
-            await self.emu.schedule(pending)
-
     def _app_for(self, body: dict[str, Any]) -> App:
         apps = self.emu.state.apps
         app_id = body.get("app_id")

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from emulator import webhooks
 from emulator.core import Emulator
 from emulator.gitrepo import GitError, safe_ref
-from emulator.state import ROLE_PERMISSION, App, Installation, Issue, Repo, User
+from emulator.state import ROLE_PERMISSION, App, Delivery, Installation, Issue, Repo, User
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 LOGIN = re.compile(r"^[A-Za-z0-9\-]{1,39}(\[bot\])?$")
@@ -57,7 +57,7 @@ def ensure_user(emu: Emulator, login: str, kind: str = "User") -> User:
     return found
 
 
-def _files(body: dict[str, Any]) -> dict[str, str | None]:
+def checked_files(body: dict[str, Any]) -> dict[str, str | None]:
     files = body.get("files", {})
     if not isinstance(files, dict) or not all(isinstance(v, str | None) for v in files.values()):
         raise AdminError(422, "'files' must map paths to text (or null to delete)")
@@ -72,6 +72,16 @@ def _files(body: dict[str, Any]) -> dict[str, str | None]:
         ):
             raise AdminError(422, f"bad path {path!r}")
     return {str(k): v for k, v in files.items()}
+
+
+def canonical_repo(emu: Emulator, account: str, name: str) -> str:
+    """A repository name (or ``owner/name``) of ``account``, spelled as the repository is when it exists."""
+    full = name if "/" in name else f"{account}/{name}"
+    owner, _, short = full.partition("/")
+    if owner.lower() != account.lower():
+        raise AdminError(422, f"{full} is not a repository of {account}")
+    found = emu.state.repo(owner, short)
+    return found.full_name if found is not None else full
 
 
 class AdminBase:
@@ -91,6 +101,13 @@ class AdminBase:
         if item is None:
             raise AdminError(404, f"no issue #{number} in {repo.full_name}")
         return item
+
+    async def _send(self, pending: list[Delivery], body: dict[str, Any]) -> None:
+        """Deliver before answering, so a test sees the outcome at once; ``"wait": false`` sends later."""
+        if body.get("wait", True):
+            await self.emu.deliver(pending)
+        elif pending:
+            await self.emu.schedule(pending)
 
 
 class SetupAdmin(AdminBase):
@@ -183,8 +200,7 @@ class SetupAdmin(AdminBase):
         bad = [k for k, v in permissions.items() if v not in {"read", "write", "admin"}]
         if bad:
             raise AdminError(422, f"permission levels must be read, write or admin: {bad}")
-        repos = str_list(body, "repositories")
-        repos = [r if "/" in r else f"{account}/{r}" for r in repos]
+        repos = [canonical_repo(self.emu, account, r) for r in str_list(body, "repositories")]
         inst = Installation(
             id=int(body.get("id") or state.new_id()),
             app_id=app_id,
@@ -209,7 +225,10 @@ class SetupAdmin(AdminBase):
         branch = body.get("default_branch", "main")
         if not isinstance(branch, str) or not safe_ref(branch):
             raise AdminError(422, "'default_branch' must be a plain branch name")
-        files = _files(body)
+        files = checked_files(body)
+        properties = body.get("custom_properties", {})
+        if not isinstance(properties, dict):
+            raise AdminError(422, "'custom_properties' must be an object")
         ensure_user(self.emu, owner, "Organization")
         repo = Repo(
             id=state.new_id(),
@@ -219,6 +238,7 @@ class SetupAdmin(AdminBase):
             default_branch=branch,
             description=body.get("description"),
             created_at=state.now(),
+            custom_properties=dict(properties),
         )
         git = self.emu.git(repo)
         if git.exists():
@@ -241,7 +261,7 @@ class SetupAdmin(AdminBase):
         branch = need_str(body, "branch")
         if not safe_ref(branch):
             raise AdminError(422, "'branch' must be a plain branch name")
-        files = _files(body)
+        files = checked_files(body)
         if not files:
             raise AdminError(422, "'files' must name at least one path")
         message = body.get("message") or f"Update {', '.join(sorted(files))}"

@@ -1,9 +1,10 @@
 """The Starlette application: GitHub's REST paths plus the ``/_emulator`` admin API.
 
 Every GitHub-path request goes through :func:`_dispatch`, in GitHub's order:
-injected faults, authentication, primary rate limit, the handler; then the
-answer gets GitHub's headers, one line in the request log, a state dump if
-anything may have changed, and its webhooks are sent after the response.
+injected faults, the ``X-GitHub-Api-Version`` header, authentication, primary
+rate limit, the handler; then the answer gets GitHub's headers, one line in the
+request log, a state dump if anything may have changed, and its webhooks are
+sent after the response.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ API_ROUTES: list[RouteSpec] = [
 ]
 _log = logging.getLogger("emulator")
 _PRIMARY_DOCS = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+#: REST API versions GitHub answers (newest first); a request may also name none.
+API_VERSIONS = ("2026-03-10", "2022-11-28")
+DEFAULT_API_VERSION = "2022-11-28"
+
+
+def check_api_version(requested: str | None) -> None:
+    """GitHub answers 400 to an ``X-GitHub-Api-Version`` it does not support."""
+    if requested is None or requested in API_VERSIONS:
+        return
+    supported = ", ".join(f'"{v}"' + (" (most recent)" if i == 0 else "") for i, v in enumerate(API_VERSIONS))
+    raise ApiError(
+        400,
+        f'The version you specified in the "X-GitHub-Api-Version" request header, "{requested}", '
+        f"is not a supported version. The following versions are currently supported: {supported}.",
+        documentation_url="https://docs.github.com/rest/about-the-rest-api/api-versions",
+    )
 
 
 def _query(request: Request) -> dict[str, Any]:
@@ -54,6 +71,11 @@ def _query(request: Request) -> dict[str, Any]:
 
 def _base_url(request: Request) -> str:
     return str(request.base_url).rstrip("/")
+
+
+def _selected_version(request: Request) -> str:
+    requested = request.headers.get("x-github-api-version")
+    return requested if requested in API_VERSIONS else DEFAULT_API_VERSION
 
 
 def _request_id() -> str:
@@ -85,7 +107,7 @@ async def _dispatch(emu: Emulator, request: Request, handler: Handler | None) ->
     headers = {
         "x-github-request-id": call.request_id,
         "x-github-media-type": "github.v3; format=json",
-        "x-github-api-version-selected": request.headers.get("x-github-api-version", "2022-11-28"),
+        "x-github-api-version-selected": _selected_version(request),
         **call.headers,
         **reply.headers,
     }
@@ -107,7 +129,7 @@ async def _dispatch(emu: Emulator, request: Request, handler: Handler | None) ->
 
 
 async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
-    """GitHub's order: faults (they stand for GitHub's own failures), auth, rate limit, handler."""
+    """GitHub's order: faults (GitHub's own failures), API version, auth, rate limit, handler."""
     request = call.request
     fault = emu.faults.take(request.method, request.url.path)
     if fault is not None:
@@ -115,6 +137,7 @@ async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
             await asyncio.sleep(fault.latency_ms / 1000)
         if fault.kind != "latency":
             raise fault_error(fault, call.request_id)
+    check_api_version(request.headers.get("x-github-api-version"))
     caller = authenticate(emu.state, request.headers.get("authorization"))
     window = emu.rate.hit(caller.rate_key, emu.state.settings.rate_limit)
     call.headers.update(rate_headers(window))

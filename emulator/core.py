@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 
@@ -166,9 +167,16 @@ def emit(
     acting: App | None = None,
     only_app: App | None = None,
 ) -> None:
-    """Record one delivery per receiving App into ``pending``; the caller sends them."""
+    """Record one delivery per receiving App into ``pending``; the caller sends them.
+
+    ``only_app`` narrows the receivers to one App (events GitHub sends only to
+    the App that owns a check run or suite); it still has to be installed on
+    the repository, not suspended, and subscribed to ``event``.
+    """
     state = emu.state
-    receivers = [only_app] if only_app is not None else webhooks.subscribers(state, repo, event)
+    receivers = webhooks.subscribers(state, repo, event)
+    if only_app is not None:
+        receivers = [app for app in receivers if app.id == only_app.id]
     sender_user = webhooks.sender_for(state, sender, acting)
     for app in receivers:
         if not app.webhook_url:
@@ -201,7 +209,11 @@ RouteSpec = tuple[str, str, Handler]
 
 
 def paginate(req: ApiRequest, items: list[Any]) -> tuple[list[Any], dict[str, str]]:
-    """``per_page``/``page`` with GitHub's ``Link`` header."""
+    """``per_page``/``page`` with GitHub's ``Link`` header.
+
+    The links keep the caller's other query parameters (``ref``, ``status``,
+    ``filter``...), as GitHub's do, so following ``next`` lists the same thing.
+    """
     try:
         per_page = min(MAX_PER_PAGE, max(1, int(req.query("per_page") or 30)))
         page = max(1, int(req.query("page") or 1))
@@ -210,11 +222,15 @@ def paginate(req: ApiRequest, items: list[Any]) -> tuple[list[Any], dict[str, st
     last = max(1, -(-len(items) // per_page))
     chunk = items[(page - 1) * per_page : page * per_page]
     url = f"{req.base}{req.request.url.path}"
+    kept = [(k, v) for k, v in req.request.query_params.multi_items() if k not in {"page", "per_page"}]
+
+    def link(target: int, rel: str) -> str:
+        query = urlencode([*kept, ("per_page", str(per_page)), ("page", str(target))])
+        return f'<{url}?{query}>; rel="{rel}"'
+
     links = []
     if page < last:
-        links.append(f'<{url}?per_page={per_page}&page={page + 1}>; rel="next"')
-        links.append(f'<{url}?per_page={per_page}&page={last}>; rel="last"')
+        links += [link(page + 1, "next"), link(last, "last")]
     if page > 1:
-        links.append(f'<{url}?per_page={per_page}&page=1>; rel="first"')
-        links.append(f'<{url}?per_page={per_page}&page={page - 1}>; rel="prev"')
+        links += [link(1, "first"), link(page - 1, "prev")]
     return chunk, ({"link": ", ".join(links)} if links else {})

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,7 +104,8 @@ def reader_labels(demo: Demo) -> Result:
     guid = demo.label(number, "claude-code", "rita")["guid"]
     state = demo.wait(guid)
     comment = demo.status_comment(number)
-    explained = comment is not None and "rita has read access" in comment["body"]
+    # The login may be shown as code (`rita`): either way the comment names her access.
+    explained = comment is not None and re.search(r"`?rita`? has read access", comment["body"]) is not None
     ran = demo.rdb.exists(DECISION_PREFIX + guid)  # the gate never ran for a refused sender
     return (
         "refused with an explanation, no run",

@@ -14,22 +14,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from emulator.auth import Caller, authenticate, authorize_repo
-from emulator.core import Emulator, emit
+from emulator.core import Emulator
 from emulator.errors import ApiError
 from emulator.gitrepo import GitError
-from emulator.routes_pulls import render_pull
-from emulator.state import Delivery, Repo
+from emulator.pushes import push_events
+from emulator.state import Repo
 
 BACKEND_TIMEOUT_SECONDS = 120.0
 _SERVICES = {"git-upload-pack": "read", "git-receive-pack": "write"}
-_NULL_SHA = "0" * 40
 
 
 def _authorization(request: Request) -> str | None:
@@ -111,46 +109,6 @@ async def _run_backend(emu: Emulator, request: Request, repo: Repo, caller: Call
     return _parse_cgi(out)
 
 
-def _push_events(
-    emu: Emulator, base: str, repo: Repo, *, before: dict[str, str], after: dict[str, str], caller: Caller
-) -> list[Delivery]:
-    """``push`` per moved branch, plus ``pull_request.synchronize`` for open pulls on it."""
-    pending: list[Delivery] = []
-    acting = caller.app
-    pusher = acting.slug + "[bot]" if acting is not None else "ghost"
-    for branch in sorted(set(before) | set(after)):
-        old, new = before.get(branch, _NULL_SHA), after.get(branch, _NULL_SHA)
-        if old == new:
-            continue
-        payload: dict[str, Any] = {
-            "ref": f"refs/heads/{branch}",
-            "before": old,
-            "after": new,
-            "created": old == _NULL_SHA,
-            "deleted": new == _NULL_SHA,
-            "forced": False,
-            "base_ref": None,
-            "compare": f"{base}/{repo.full_name}/compare/{old[:12]}...{new[:12]}",
-            "commits": [],
-            "head_commit": None,
-            "pusher": {"name": pusher, "email": None},
-        }
-        emit(emu, base, repo, "push", payload, pending=pending, acting=acting)
-        for pull in emu.state.pulls.values():
-            item = emu.state.issue(repo.full_name, pull.number)
-            if pull.repo != repo.full_name or pull.head_ref != branch or item is None or item.state != "open":
-                continue
-            sync = {
-                "action": "synchronize",
-                "number": pull.number,
-                "before": old,
-                "after": new,
-                "pull_request": render_pull(emu, base, repo, pull),
-            }
-            emit(emu, base, repo, "pull_request", sync, pending=pending, acting=acting)
-    return pending
-
-
 def routes(emu: Emulator) -> list[BaseRoute]:
     async def endpoint(request: Request) -> Response:
         repo = emu.state.repo(request.path_params["owner"], request.path_params["name"])
@@ -173,8 +131,8 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         response = await _run_backend(emu, request, repo, caller)
         if service == "git-receive-pack" and request.method == "POST":
             base = str(request.base_url).rstrip("/")
-            pending = _push_events(
-                emu, base, repo, before=before, after=emu.git(repo).branches(), caller=caller
+            pending = push_events(
+                emu, base, repo, before=before, after=emu.git(repo).branches(), sender=None, acting=caller.app
             )
             if pending:
                 emu.save()

@@ -180,6 +180,35 @@ class GitRepo:
             entries.append(TreeEntry(mode, kind, sha, 0 if size == "-" else int(size), full))
         return entries
 
+    def new_commits(self, head: str, exclude: list[str], limit: int) -> list[str]:
+        """Commits reachable from ``head`` but from none of ``exclude``, oldest first (at most ``limit``)."""
+        shas = [head, *exclude]
+        if not all(_SHA.match(s) for s in shas):
+            return []
+        out = self._git("rev-list", "--reverse", head, "--not", *exclude, "--")
+        return out.decode().split()[-limit:]
+
+    def touched(self, sha: str) -> tuple[list[str], list[str], list[str]]:
+        """(added, removed, modified) paths of one commit against its first parent."""
+        out = self._git("diff-tree", "--no-commit-id", "-r", "--root", "--name-status", "-z", sha)
+        fields = out.decode("utf-8", "replace").split("\0")
+        added: list[str] = []
+        removed: list[str] = []
+        modified: list[str] = []
+        i = 0
+        while i + 1 < len(fields) and fields[i]:
+            code, name = fields[i], fields[i + 1]
+            i += 2
+            {"A": added, "D": removed}.get(code[0], modified).append(name)
+        return added, removed, modified
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        try:
+            self._git("merge-base", "--is-ancestor", ancestor, descendant)
+        except GitError:
+            return False
+        return True
+
     def blob(self, sha: str) -> bytes:
         return self._git("cat-file", "blob", sha)
 

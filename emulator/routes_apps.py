@@ -1,4 +1,7 @@
-"""App and installation endpoints: JWT-authenticated, plus installation token minting."""
+"""App and installation endpoints: JWT-authenticated, plus installation token minting.
+
+``GET /installation/repositories`` is the one here an installation token calls.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,14 @@ from typing import Any
 
 from emulator import shapes
 from emulator.auth import narrow_permissions, new_token_string, require_app
-from emulator.core import ApiRequest, Reply, RouteSpec
-from emulator.errors import ApiError, invalid_request, not_found
+from emulator.core import ApiRequest, Reply, RouteSpec, paginate
+from emulator.errors import ApiError, invalid_request, not_accessible, not_found, requires_authentication
 from emulator.state import Installation, Repo, Token, iso
 
+_MINT_DOCS = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"
+_REPO_INSTALLATION_DOCS = (
+    "https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app"
+)
 _NOT_ACCESSIBLE_REPOS = (
     "There is at least one repository that does not exist or is not accessible to the parent installation."
 )
@@ -39,12 +46,36 @@ async def get_installation(req: ApiRequest) -> Reply:
 
 
 async def get_repo_installation(req: ApiRequest) -> Reply:
+    """The App's installation that covers the repository (a ``selected`` one must list it), else 404."""
     app = require_app(req.caller)
     repo = req.state.repo(req.param("owner"), req.param("repo"))
     inst = req.state.installation_for_repo(app.id, repo) if repo is not None else None
     if inst is None:
-        raise not_found()
+        raise not_found(_REPO_INSTALLATION_DOCS)
     return Reply(shapes.installation(req.base, req.state, inst))
+
+
+async def list_installation_repos(req: ApiRequest) -> Reply:
+    """``GET /installation/repositories``: what this installation token can reach, paginated."""
+    caller = req.caller
+    if caller.kind == "anonymous":
+        raise requires_authentication()
+    inst, token = caller.installation, caller.token
+    if caller.kind != "installation" or inst is None or token is None:
+        raise not_accessible()
+    repos = sorted(req.state.installation_repos(inst), key=lambda r: r.id)
+    if token.repositories is not None:
+        repos = [r for r in repos if r.full_name in token.repositories]
+    page, headers = paginate(req, repos)
+    selection = "selected" if token.repositories is not None else inst.repository_selection
+    return Reply(
+        {
+            "total_count": len(repos),
+            "repositories": [shapes.repository(req.base, req.state, r) for r in page],
+            "repository_selection": selection,
+        },
+        headers=headers,
+    )
 
 
 def _select_repos(req: ApiRequest, inst: Installation, body: dict[str, Any]) -> list[Repo] | None:
@@ -66,12 +97,12 @@ def _select_repos(req: ApiRequest, inst: Installation, body: dict[str, Any]) -> 
     for name in names or []:
         repo = by_name.get(name.lower())
         if repo is None:
-            raise ApiError(422, _NOT_ACCESSIBLE_REPOS)
+            raise ApiError(422, _NOT_ACCESSIBLE_REPOS, documentation_url=_MINT_DOCS)
         chosen[repo.id] = repo
     for ident in ids or []:
         repo = by_id.get(ident)
         if repo is None:
-            raise ApiError(422, _NOT_ACCESSIBLE_REPOS)
+            raise ApiError(422, _NOT_ACCESSIBLE_REPOS, documentation_url=_MINT_DOCS)
         chosen[repo.id] = repo
     return list(chosen.values())
 
@@ -120,4 +151,5 @@ ROUTES: list[RouteSpec] = [
     ("GET", "/app/installations/{installation_id}", get_installation),
     ("POST", "/app/installations/{installation_id}/access_tokens", create_access_token),
     ("GET", "/repos/{owner}/{repo}/installation", get_repo_installation),
+    ("GET", "/installation/repositories", list_installation_repos),
 ]

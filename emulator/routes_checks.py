@@ -9,10 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from emulator import checks_validation, shapes_items
+from emulator import check_suites, checks_validation, shapes_items
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_accessible, not_found
-from emulator.routes_pulls import pull_shas
 from emulator.state import App, CheckRun, Delivery, Repo
 from emulator.types import JSONObject
 
@@ -27,16 +26,16 @@ def _timestamp(value: Any, key: str, docs: str) -> float | None:
 
 
 def render_run(emu: Emulator, base: str, repo: Repo, run: CheckRun) -> JSONObject:
-    """A check run with the open pull requests whose head is its commit."""
-    prs = []
-    for pull in emu.state.pulls.values():
-        item = emu.state.issue(repo.full_name, pull.number)
-        if pull.repo != repo.full_name or item is None or item.state != "open":
-            continue
-        head_sha, base_sha = pull_shas(emu, repo, pull)
-        if head_sha == run.head_sha:
-            prs.append(shapes_items.pull_request_minimal(base, repo, pull, head_sha, base_sha))
+    """A check run as the REST API answers it (its suite as ``{"id"}``), with its open pull requests."""
+    prs = check_suites.pull_requests_for(emu, base, repo, run.head_sha)
     return shapes_items.check_run(base, emu.state, repo, run, prs)
+
+
+def webhook_run(emu: Emulator, base: str, repo: Repo, run: CheckRun) -> JSONObject:
+    """A check run as ``check_run`` webhooks carry it: with the whole ``check_suite``."""
+    out = render_run(emu, base, repo, run)
+    out["check_suite"] = check_suites.for_run(emu, base, repo, run)
+    return out
 
 
 def _apply(run: CheckRun, body: dict[str, Any], docs: str, now: float) -> None:
@@ -69,7 +68,7 @@ def _apply(run: CheckRun, body: dict[str, Any], docs: str, now: float) -> None:
 
 
 def _emit_run(req: ApiRequest, repo: Repo, run: CheckRun, action: str) -> None:
-    req.emit(repo, "check_run", {"action": action, "check_run": render_run(req.emu, req.base, repo, run)})
+    req.emit(repo, "check_run", {"action": action, "check_run": webhook_run(req.emu, req.base, repo, run)})
 
 
 async def create_run(req: ApiRequest) -> Reply:
@@ -85,7 +84,7 @@ async def create_run(req: ApiRequest) -> Reply:
             422, f"No commit found for SHA: {head_sha}", documentation_url=checks_validation.CREATE_DOCS
         )
     state = req.state
-    suite = state.check_suite_for(repo.full_name, app.id, head_sha)
+    suite = check_suites.suite_for(req.emu, repo, app.id, head_sha)
     run = CheckRun(
         id=state.new_id(),
         repo=repo.full_name,
@@ -123,6 +122,9 @@ async def update_run(req: ApiRequest) -> Reply:
     checks_validation.validate(body, creating=False)
     was_completed = run.status == "completed"
     _apply(run, body, checks_validation.UPDATE_DOCS, req.state.now())
+    suite = req.state.check_suites.get(run.check_suite_id)
+    if suite is not None:
+        suite.updated_at = req.state.now()
     if run.status == "completed" and not was_completed:
         _emit_run(req, repo, run, "completed")
     return Reply(render_run(req.emu, req.base, repo, run))
@@ -188,9 +190,17 @@ async def list_for_ref(req: ApiRequest) -> Reply:
 
 
 async def rerequest_run(req: ApiRequest) -> Reply:
-    """Asks GitHub to send ``check_run.rerequested`` to the App that made the run."""
+    """Asks GitHub to send ``check_run.rerequested`` to the App that made the run (only that App may ask)."""
     repo = req.repo("checks", "write")
     run = _run(req, repo)
+    app = req.caller.app
+    if req.caller.kind != "installation" or app is None or app.id != run.app_id:
+        who = app.id if app is not None else "null"
+        raise ApiError(
+            403,
+            f"Invalid app_id `{who}` - check run can only be modified by the GitHub App that created it.",
+            documentation_url="https://docs.github.com/rest/checks/runs#rerequest-a-check-run",
+        )
     rerequest(req.emu, req.base, repo, run, pending=req.pending, sender=None, acting=req.caller.app)
     return Reply({}, status=201)
 
@@ -206,7 +216,7 @@ def rerequest(
     acting: App | None,
 ) -> None:
     app = emu.state.apps[run.app_id]
-    payload = {"action": "rerequested", "check_run": render_run(emu, base, repo, run)}
+    payload = {"action": "rerequested", "check_run": webhook_run(emu, base, repo, run)}
     emit(emu, base, repo, "check_run", payload, pending=pending, sender=sender, acting=acting, only_app=app)
 
 
@@ -224,7 +234,7 @@ def requested_action(
     app = emu.state.apps[run.app_id]
     payload = {
         "action": "requested_action",
-        "check_run": render_run(emu, base, repo, run),
+        "check_run": webhook_run(emu, base, repo, run),
         "requested_action": {"identifier": identifier},
     }
     emit(emu, base, repo, "check_run", payload, pending=pending, sender=sender, only_app=app)

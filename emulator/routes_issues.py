@@ -1,12 +1,14 @@
 """Issues, issue comments and labels, with the webhooks GitHub sends for each change.
 
-The mutations (:func:`add_labels`, :func:`remove_label`, :func:`create_comment`)
-are plain functions so the admin API can perform them *as a person* (the
-``sender`` Baton must check) through the same code path as the REST API.
+The mutations (:func:`add_labels`, :func:`remove_label`, :func:`create_comment`,
+:func:`change_state`) are plain functions so the admin API can perform them *as
+a person* (the ``sender`` Baton must check) through the same code path as the
+REST API. Each one moves the issue's ``updated_at`` on (:meth:`State.touch`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from emulator import shapes, shapes_items
@@ -15,6 +17,8 @@ from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found
 from emulator.routes_pulls import render_pull
 from emulator.state import App, Comment, Delivery, Issue, Label, Repo
+
+_LABELS_DOCS = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
 
 
 def _issue_permission(caller: Caller, repo: Repo, item: Issue, level: str) -> None:
@@ -66,7 +70,7 @@ def add_labels(
         if any(existing.lower() == lb.name.lower() for existing in item.labels):
             continue
         item.labels.append(lb.name)
-        item.updated_at = state.now()
+        state.touch(item)
         body = _event_body(emu, base, repo, item, "labeled")
         body["label"] = shapes.label(base, lb)
         emit(emu, base, repo, _issue_event(item), body, pending=pending, sender=sender, acting=acting)
@@ -92,7 +96,7 @@ def remove_label(
             documentation_url="https://docs.github.com/rest/issues/labels#remove-a-label-from-an-issue",
         )
     item.labels.remove(present)
-    item.updated_at = emu.state.now()
+    emu.state.touch(item)
     body = _event_body(emu, base, repo, item, "unlabeled")
     body["label"] = shapes.label(base, lb)
     emit(emu, base, repo, _issue_event(item), body, pending=pending, sender=sender, acting=acting)
@@ -122,6 +126,7 @@ def create_comment(
         app_id=acting.id if acting is not None else None,
     )
     state.comments[created.id] = created
+    state.touch(item)  # a comment is activity on the issue, as on GitHub
     body = {
         "action": "created",
         "issue": shapes_items.issue(base, state, repo, item),
@@ -131,11 +136,65 @@ def create_comment(
     return created
 
 
-def _label_names(body: Any) -> list[str]:
-    """``{"labels": [...]}`` or a bare array; items are names or ``{"name": ...}``."""
+def change_state(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    item: Issue,
+    new_state: str,
+    *,
+    reason: str | None,
+    pending: list[Delivery],
+    sender: str | None,
+    acting: App | None,
+) -> None:
+    """Close or reopen an issue or pull request; sends ``closed``/``reopened`` (issues or pull_request).
+
+    An issue's ``state_reason`` becomes ``reason`` (``completed`` by default) on
+    closing and ``reopened`` on reopening; a pull request's stays null.
+    """
+    state = emu.state
+    state.touch(item)
+    item.state = new_state
+    if new_state == "closed":
+        item.closed_at = item.updated_at
+        item.state_reason = None if item.is_pull else (reason or "completed")
+        action = "closed"
+    else:
+        item.closed_at = None
+        item.state_reason = None if item.is_pull else "reopened"
+        action = "reopened"
+    body = _event_body(emu, base, repo, item, action)
+    emit(emu, base, repo, _issue_event(item), body, pending=pending, sender=sender, acting=acting)
+
+
+def _ruby(value: Any) -> str:
+    """A JSON value as GitHub's schema errors print it (Ruby's ``inspect``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}"=>{_ruby(v)}' for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_ruby(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _label_names(body: Any, *, allow_empty: bool) -> list[str]:
+    """``{"labels": [...]}`` or a bare array; items are names or ``{"name": ...}``.
+
+    Adding labels needs at least one (GitHub's schema says ``minItems: 1``);
+    setting them to an empty list removes them all.
+    """
     raw = body.get("labels") if isinstance(body, dict) else body
     if not isinstance(raw, list):
         raise invalid_request('"labels" wasn\'t supplied.')
+    if not raw and not allow_empty:
+        shown = _ruby(body)
+        raise invalid_request(
+            'No subschema in "anyOf" matched.\n'
+            f"For 'anyOf/0', {shown} is not an array.\n"
+            f"For 'anyOf/1', {shown} is not an array.\n"
+            "1 item required; only 0 were supplied.",
+            _LABELS_DOCS,
+        )
     names: list[str] = []
     for item in raw:
         name = item.get("name") if isinstance(item, dict) else item
@@ -234,6 +293,7 @@ async def update_comment(req: ApiRequest) -> Reply:
     found.body = text
     found.updated_at = req.state.now()
     if previous != text:
+        req.state.touch(item)
         body = {
             "action": "edited",
             "changes": {"body": {"from": previous}},
@@ -260,7 +320,7 @@ async def post_labels(req: ApiRequest) -> Reply:
     repo = req.repo()
     item = req.issue(repo, req.int_param("issue_number"))
     _issue_permission(req.caller, repo, item, "write")
-    names = _label_names(req.body)
+    names = _label_names(req.body, allow_empty=False)
     add_labels(req.emu, req.base, repo, item, names, pending=req.pending, sender=None, acting=req.caller.app)
     return _labels_reply(req, repo, item)
 
@@ -270,7 +330,7 @@ async def put_labels(req: ApiRequest) -> Reply:
     repo = req.repo()
     item = req.issue(repo, req.int_param("issue_number"))
     _issue_permission(req.caller, repo, item, "write")
-    names = _label_names(req.body)
+    names = _label_names(req.body, allow_empty=True)
     wanted = {n.lower() for n in names}
     for name in [n for n in item.labels if n.lower() not in wanted]:
         remove_label(
@@ -306,5 +366,5 @@ ROUTES: list[RouteSpec] = [
     ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/labels", list_labels),
     ("POST", "/repos/{owner}/{repo}/issues/{issue_number}/labels", post_labels),
     ("PUT", "/repos/{owner}/{repo}/issues/{issue_number}/labels", put_labels),
-    ("DELETE", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}", delete_label),
+    ("DELETE", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name:path}", delete_label),
 ]

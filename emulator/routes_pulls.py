@@ -1,5 +1,9 @@
 """Pull requests: create (→ ``pull_request.opened``), get, list, changed files, all from git.
 
+Also the changes only a person makes here (draft ↔ ready for review, and the
+checks GitHub runs before reopening); closing and reopening go through
+:func:`emulator.routes_issues.change_state`, as on GitHub.
+
 A pull's head and base SHAs are read from the branches on every request, so a
 push to the head branch shows up exactly as it does on GitHub.
 """
@@ -14,6 +18,7 @@ from emulator.state import App, Delivery, Issue, Pull, Repo
 from emulator.types import JSONObject
 
 _CREATE_DOCS = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"
+_UPDATE_DOCS = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
 
 
 def pull_shas(emu: Emulator, repo: Repo, pull: Pull) -> tuple[str, str]:
@@ -52,6 +57,46 @@ def render_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
     )
 
 
+def _refuse_duplicate(emu: Emulator, repo: Repo, head_ref: str, base_ref: str, docs: str) -> None:
+    """One open pull request per head and base, as on GitHub."""
+    state = emu.state
+    for other in state.pulls.values():
+        issue = state.issue(repo.full_name, other.number)
+        if (
+            other.repo == repo.full_name
+            and other.head_ref == head_ref
+            and other.base_ref == base_ref
+            and issue is not None
+            and issue.state == "open"
+        ):
+            message = f"A pull request already exists for {repo.owner}:{head_ref}."
+            raise validation_failed([{"resource": "PullRequest", "code": "custom", "message": message}], docs)
+
+
+def check_reopenable(emu: Emulator, repo: Repo, pull: Pull) -> None:
+    """GitHub refuses to reopen a pull whose head branch is gone, or that would duplicate an open one."""
+    if emu.git(repo).branch_sha(pull.head_ref) is None:
+        message = f"state cannot be changed. The {pull.head_ref} branch has been deleted."
+        raise validation_failed(
+            [{"resource": "PullRequest", "code": "custom", "message": message}], _UPDATE_DOCS
+        )
+    _refuse_duplicate(emu, repo, pull.head_ref, pull.base_ref, _UPDATE_DOCS)
+
+
+def set_draft(
+    emu: Emulator, base: str, repo: Repo, pull: Pull, draft: bool, *, pending: list[Delivery], sender: str
+) -> None:
+    """Mark ready for review (``ready_for_review``) or convert back to a draft (``converted_to_draft``)."""
+    item = emu.state.issue(repo.full_name, pull.number)
+    if item is None:
+        raise not_found()
+    pull.draft = draft
+    emu.state.touch(item)
+    action = "converted_to_draft" if draft else "ready_for_review"
+    payload = {"action": action, "number": pull.number, "pull_request": render_pull(emu, base, repo, pull)}
+    emit(emu, base, repo, "pull_request", payload, pending=pending, sender=sender)
+
+
 def open_pull(
     emu: Emulator,
     base: str,
@@ -83,19 +128,7 @@ def open_pull(
         errors.append({"resource": "PullRequest", "field": "base", "code": "invalid"})
     if errors or head_sha is None or base_sha is None:
         raise validation_failed(errors, _CREATE_DOCS)
-    for other in state.pulls.values():
-        issue = state.issue(repo.full_name, other.number)
-        if (
-            other.repo == repo.full_name
-            and other.head_ref == head_ref
-            and other.base_ref == base_ref
-            and issue is not None
-            and issue.state == "open"
-        ):
-            message = f"A pull request already exists for {repo.owner}:{head_ref}."
-            raise validation_failed(
-                [{"resource": "PullRequest", "code": "custom", "message": message}], _CREATE_DOCS
-            )
+    _refuse_duplicate(emu, repo, head_ref, base_ref, _CREATE_DOCS)
     merge_base = git.merge_base(base_sha, head_sha)
     if merge_base is None or git.count_commits(merge_base, head_sha) == 0:
         message = f"No commits between {base_ref} and {head_ref}"

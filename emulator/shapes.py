@@ -227,7 +227,19 @@ def repository(
         out["allow_rebase_merge"] = True
         out["allow_auto_merge"] = False
         out["delete_branch_on_merge"] = False
+        out["custom_properties"] = dict(repo.custom_properties)
     return out
+
+
+def mini_repository(repo: Repo) -> JSONObject:
+    """The short form installation webhooks list (``repositories``, ``repositories_added``...)."""
+    return {
+        "id": repo.id,
+        "node_id": node_id("Repository", repo.id),
+        "name": repo.name,
+        "full_name": repo.full_name,
+        "private": repo.private,
+    }
 
 
 def label(base: str, lb: Label) -> JSONObject:

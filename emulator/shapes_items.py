@@ -50,7 +50,7 @@ def issue(base: str, state: State, repo: Repo, item: Issue) -> JSONObject:
         "html_url": f"{base}/{repo.full_name}/{'pull' if item.is_pull else 'issues'}/{item.number}",
         "number": item.number,
         "state": item.state,
-        "state_reason": None,
+        "state_reason": item.state_reason,
         "title": item.title,
         "body": item.body,
         "user": account(base, state, item.user),
@@ -78,7 +78,8 @@ def issue(base: str, state: State, repo: Repo, item: Issue) -> JSONObject:
             "patch_url": f"{base}/{repo.full_name}/pull/{item.number}.patch",
             "merged_at": None,
         }
-        out["draft"] = False
+        pull = state.pull(repo.full_name, item.number)
+        out["draft"] = pull.draft if pull is not None else False
     return out
 
 

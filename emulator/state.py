@@ -86,6 +86,8 @@ class Repo:
     #: login -> role (admin | maintain | write | triage | read)
     collaborators: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0
+    #: the org's custom property values for this repository (name -> value)
+    custom_properties: dict[str, Any] = field(default_factory=dict)
 
     @property
     def full_name(self) -> str:
@@ -111,6 +113,7 @@ class Issue:
     user: str
     labels: list[str] = field(default_factory=list)
     state: str = "open"
+    state_reason: str | None = None  # completed | not_planned | reopened (issues only)
     is_pull: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -169,6 +172,10 @@ class CheckSuite:
     repo: str
     app_id: int
     head_sha: str
+    head_branch: str | None = None
+    before: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
 
 
 @dataclass
@@ -254,6 +261,15 @@ class State:
     def now() -> float:
         return time.time()
 
+    def touch(self, item: Issue) -> None:
+        """Record a change to an issue or pull request that a webhook will carry.
+
+        ``updated_at`` moves on by at least one whole second (GitHub's timestamps
+        have second precision), so two deliveries about the same issue never
+        carry the same ``updated_at``, and so never the same body.
+        """
+        item.updated_at = max(self.now(), float(int(item.updated_at) + 1))
+
     # -- look-ups -----------------------------------------------------------
     def user(self, login: str) -> User | None:
         """Logins are case-insensitive on GitHub."""
@@ -299,6 +315,21 @@ class State:
         if inst.repository_selection == "all":
             return [r for r in self.repos.values() if r.owner.lower() == inst.account.lower()]
         return [self.repos[n] for n in inst.repositories if n in self.repos]
+
+    def delete_repo(self, repo: Repo) -> None:
+        """Forget a repository and everything recorded under it (git objects are not here)."""
+        name = repo.full_name
+        with self.lock:
+            self.repos.pop(name, None)
+            for collection in ("labels", "issues", "pulls", "comments", "check_runs", "check_suites"):
+                records: dict[int, Any] = getattr(self, collection)
+                for key in [k for k, rec in records.items() if rec.repo == name]:
+                    del records[key]
+            for inst in self.installations.values():
+                inst.repositories = [n for n in inst.repositories if n != name]
+            for token in self.tokens.values():
+                if token.repositories is not None:
+                    token.repositories = [n for n in token.repositories if n != name]
 
     def check_suite_for(self, repo: str, app_id: int, head_sha: str) -> CheckSuite:
         """One suite per (app, commit), created on first use as GitHub does."""

@@ -39,6 +39,28 @@ def is_loopback_url(url: str) -> bool:
     return parts.scheme in {"http", "https"} and (parts.hostname or "") in _LOOPBACK
 
 
+def organization(base: str, state: State, login: str) -> JSONObject | None:
+    """``organization`` as webhooks carry it, when ``login`` is an organization."""
+    owner = state.user(login)
+    if owner is None or owner.type != "Organization":
+        return None
+    api = f"{base}/orgs/{owner.login}"
+    return {
+        "login": owner.login,
+        "id": owner.id,
+        "node_id": node_id("Organization", owner.id),
+        "url": api,
+        "repos_url": f"{api}/repos",
+        "events_url": f"{api}/events",
+        "hooks_url": f"{api}/hooks",
+        "issues_url": f"{api}/issues",
+        "members_url": f"{api}/members{{/member}}",
+        "public_members_url": f"{api}/public_members{{/member}}",
+        "avatar_url": account(base, state, owner.login)["avatar_url"],
+        "description": None,
+    }
+
+
 def envelope(
     base: str,
     state: State,
@@ -47,27 +69,16 @@ def envelope(
     *,
     sender: User,
 ) -> JSONObject:
-    """The parts every repository event shares: repository, owner, installation, sender."""
-    out: JSONObject = {
-        "repository": repository(base, state, repo),
-        "sender": simple_user(base, sender),
-    }
-    owner = state.user(repo.owner)
-    if owner is not None and owner.type == "Organization":
-        out["organization"] = {
-            "login": owner.login,
-            "id": owner.id,
-            "node_id": node_id("Organization", owner.id),
-            "url": f"{base}/orgs/{owner.login}",
-            "repos_url": f"{base}/orgs/{owner.login}/repos",
-            "events_url": f"{base}/orgs/{owner.login}/events",
-            "hooks_url": f"{base}/orgs/{owner.login}/hooks",
-            "issues_url": f"{base}/orgs/{owner.login}/issues",
-            "members_url": f"{base}/orgs/{owner.login}/members{{/member}}",
-            "public_members_url": f"{base}/orgs/{owner.login}/public_members{{/member}}",
-            "avatar_url": account(base, state, owner.login)["avatar_url"],
-            "description": None,
-        }
+    """The parts every repository event shares: repository, owner, installation, sender.
+
+    Webhook repositories carry ``custom_properties`` (``{}`` when none are set).
+    """
+    repository_obj = repository(base, state, repo)
+    repository_obj["custom_properties"] = dict(repo.custom_properties)
+    out: JSONObject = {"repository": repository_obj, "sender": simple_user(base, sender)}
+    org = organization(base, state, repo.owner)
+    if org is not None:
+        out["organization"] = org
     inst = state.installation_for_repo(app.id, repo)
     if inst is not None:
         out["installation"] = {"id": inst.id, "node_id": node_id("Installation", inst.id)}

@@ -4,6 +4,11 @@
 private `widgets` repository whose `.github/baton.yml` narrows it. The App is
 installed on every `acme` repository. People hold each repository role, so
 every row of the permission table can be played.
+
+``org_repo`` picks one of the org `.github` cases a policy loader meets:
+``"public"`` (the above), ``"absent"`` (no `acme/.github` at all) or
+``"excluded"`` (a private `acme/.github` with the org policy, and the App
+installed on the selected repository `acme/widgets` only).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ REPO = f"{OWNER}/widgets"
 PERMISSIONS = {"metadata": "read", "contents": "write", "issues": "write", "pull_requests": "write",
                "checks": "write"}  # fmt: skip
 EVENTS = ["issues", "issue_comment", "pull_request", "check_run", "check_suite"]
+ORG_REPO_CASES = ("public", "absent", "excluded")
 PEOPLE = {"ada": "admin", "maria": "maintain", "wes": "write", "tia": "triage", "rita": "read"}
 
 ORG_POLICY = """\
@@ -87,18 +93,25 @@ def build(
     webhook_url: str | None = None,
     repo_policy: str | None = REPO_POLICY,
     org_policy: str | None = ORG_POLICY,
+    org_repo: str = "public",
 ) -> World:
+    if org_repo not in ORG_REPO_CASES:
+        raise ValueError(f"org_repo must be one of {', '.join(ORG_REPO_CASES)}, not {org_repo!r}")
     private, public = keypair()
     secret = secrets.token_hex(16)
     app = admin.create_app(name="Baton", slug="baton", public_key_pem=public, webhook_url=webhook_url,
                            webhook_secret=secret, permissions=PERMISSIONS, events=EVENTS)  # fmt: skip
     org_files = {"baton.yml": org_policy} if org_policy is not None else {"README.md": "org defaults\n"}
-    admin.create_repo(OWNER, ".github", files=org_files, private=False)
+    if org_repo != "absent":
+        admin.create_repo(OWNER, ".github", files=org_files, private=org_repo == "excluded")
     repo_files = {"README.md": "# widgets\n", "src/widgets.py": "def spin():\n    return 42\n"}
     if repo_policy is not None:
         repo_files[".github/baton.yml"] = repo_policy
     repo = admin.create_repo(OWNER, REPO.split("/")[1], files=repo_files, private=True)
-    installation = admin.create_installation(app_id=app["id"], account=OWNER, permissions=PERMISSIONS)
+    selected = [REPO] if org_repo == "excluded" else None
+    installation = admin.create_installation(
+        app_id=app["id"], account=OWNER, permissions=PERMISSIONS, repositories=selected
+    )
     for login, role in PEOPLE.items():
         admin.set_role(REPO, login, role)
     return World(api_url, int(app["id"]), int(installation["id"]), private, secret, str(repo["head_sha"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -156,6 +157,8 @@ def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) ->
         (("serve",), {"BATON_MAX_BODY": "1"}, "unknown setting BATON_MAX_BODY"),
         (("serve",), {"PRIVATE_KEY_PATH": "/nonexistent/key.pem"}, "PRIVATE_KEY_PATH=/nonexistent/key.pem"),
         (("serve",), {"LOG_LEVEL": "loud"}, "LOG_LEVEL must be one of"),
+        (("serve",), {"BATON_METRICS_PORT": "3000"}, "BATON_METRICS_PORT must differ from PORT"),
+        (("serve",), {"BATON_METRICS_TOKEN": "guessable"}, "BATON_METRICS_TOKEN must be 16 to 512"),
         (("worker",), {}, "no `baton serve` with an embedded Redis is running"),
         (
             ("worker", "--queues", "nope"),
@@ -197,3 +200,80 @@ def test_worker_supervisor_exits_nonzero_when_a_pool_process_stops_on_its_own(
     finally:
         _stop(supervisor)
         client.close()
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_serve_exits_nonzero_when_its_worker_exits(tmp_path: Path, port: int) -> None:
+    """`serve --worker` with no worker left would answer 202 to tasks nothing runs: it must stop."""
+    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
+    serve = _baton("serve", "--worker", env=env)
+    state_file = tmp_path / "cache" / "baton" / "redis" / "server.json"
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", serve)
+        client = redis.Redis.from_url(json.loads(state_file.read_text())["url"])
+        deadline = time.monotonic() + 30
+        while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.close()
+        workers = [c for c in _children(serve.pid) if b"worker" in _cmdline(c)]
+        assert len(workers) == 1, _output(serve)
+        os.kill(workers[0], signal.SIGTERM)  # a clean, warm shutdown: the worker exits 0
+        code = serve.wait(timeout=60)
+    finally:
+        _stop(serve)
+    assert code != 0, _output(serve)
+    assert "worker" in _output(serve)
+    assert "exited" in _output(serve)
+    assert not state_file.exists()  # the embedded Redis was still stopped and its state removed
+
+
+def test_metrics_on_their_own_port_with_a_token(tmp_path: Path, port: int, redis_url: str) -> None:
+    metrics_port = free_port()
+    token = "0123456789abcdef0123456789abcdef"
+    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url,
+               BATON_METRICS_PORT=str(metrics_port), BATON_METRICS_TOKEN=token)  # fmt: skip
+    serve = _baton("serve", env=env)
+    try:
+        base, private = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}"
+        _wait_ready(base, serve)
+        body = json.dumps(labeled()).encode()
+        queued = httpx.post(base + WEBHOOK_PATH, content=body, headers=delivery_headers(body, "issues"))
+        assert queued.status_code == 202
+        # Not on the main port at all, even with the token.
+        public = httpx.get(base + "/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert public.status_code == 404
+        assert "baton_" not in public.text
+        assert httpx.get(private + "/metrics").status_code == 401
+        r = httpx.get(private + "/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200
+        assert 'baton_deliveries_total{outcome="queued"} 1' in r.text
+        # The metrics port serves nothing else.
+        assert httpx.get(private + "/readyz").status_code == 404
+        other = httpx.post(private + WEBHOOK_PATH, content=body, headers=delivery_headers(body, "issues"))
+        assert other.status_code in (404, 405)
+    finally:
+        assert _stop(serve) == 0, _output(serve)
+
+
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path, port: int, redis_url: str) -> None:
+    env = _env(tmp_path, PORT=str(port), REDIS_URL=redis_url)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        done = subprocess.run(
+            [sys.executable, "-m", "bot.cli", "serve"], env=env,
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

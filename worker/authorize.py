@@ -19,6 +19,9 @@ from bot.tasks import Sender
 #: carries the real role, or a custom role's name (then `permission` is its base).
 ROLE_RANK: dict[str, int] = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
 TRIGGER_ROLES = ("write", "maintain", "admin")
+#: No policy lets anyone below this trigger Baton, so a sender below it is turned away before
+#: the policy is even read (and before Baton says anything, except to a label's author).
+FLOOR = TRIGGER_ROLES[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +37,13 @@ class Permission:
 class Authorization:
     allowed: bool
     code: str  # stable: allowed, allowed-bot, bot-not-allowed, below-minimum, lookup-failed, unknown-role
-    reason: str
+    reason: str  # for the log and the record (it names the login as typed: never put it in Markdown)
+    role: str | None = None  # the sender's role, as GitHub reported it
+    needed: str | None = None  # the role the policy asks for
 
     def to_dict(self) -> dict[str, object]:
-        return {"allowed": self.allowed, "code": self.code, "reason": self.reason}
+        return {"allowed": self.allowed, "code": self.code, "reason": self.reason, "role": self.role,
+                "needed": self.needed}  # fmt: skip
 
 
 def effective_role(found: Permission) -> str | None:
@@ -90,5 +96,21 @@ def authorize(
             False,
             "below-minimum",
             f"{sender.login} has {role} access; triggering Baton here needs {min_permission} or higher",
+            role,
+            min_permission,
         )
-    return Authorization(True, "allowed", f"{sender.login} has {role} access (needs {min_permission})")
+    return Authorization(
+        True, "allowed", f"{sender.login} has {role} access (needs {min_permission})", role, min_permission
+    )
+
+
+def screen(sender: Sender, found: Permission | None) -> Authorization | None:
+    """The check made before the policy is read: is a human sender at least at the FLOOR?
+
+    None means "not decided here": the sender passed the floor, or is a bot (bots are not
+    collaborators; only the policy's ``trigger.allow_bots`` can let one in).
+    """
+    if sender.is_bot or sender.login.endswith("[bot]"):
+        return None
+    verdict = authorize(sender, found, min_permission=FLOOR, allow_bots=())
+    return None if verdict.allowed else verdict

@@ -1,25 +1,35 @@
 """Loading the capability policy from GitHub: the org's ceiling and the repo's file.
 
+- Organisation (or user): `baton.yml` at the root of its `.github` repository.
+  This is the ceiling, and it applies to every repository of the owner,
+  `.github` itself included.
 - Repository: `.github/baton.yml` at the head of the default branch, never a
   PR's head, so a pull request cannot change the rules it is judged by.
-- Organisation (or user): `baton.yml` at the root of its `.github` repository.
 
-A missing file means the built-in defaults (which are the ceiling when there
-is no org file). A malformed one fails the task closed with file, line and
-column. File bytes are cached in Redis per commit SHA, so every worker reads a
-given commit once. If the App cannot reach the owner's `.github` repository at
-all (not part of the installation), the built-in ceiling applies: it is the
-most restrictive policy Baton has, so nothing opens up by being unreadable.
+Whether the org's `.github` repository can be read is decided explicitly, never
+by interpreting a failed call: it is *installed* (the App's installation
+covers it), *public* (readable with the repository's own token), or *not
+visible* (it does not exist, or a selected-repositories installation leaves it
+out). Not visible: the built-in defaults are the ceiling and every status says
+so, unless the operator set ``BATON_REQUIRE_ORG_POLICY``, which refuses
+instead. Any failure to read a ceiling that is visible (5xx, a timeout, a 404
+on a repository the installation lists) refuses, because a silently swapped
+ceiling could be wider than the org's real one.
+
+File bytes are cached in Redis per commit SHA, so every worker reads a given
+commit once. A malformed file fails the task closed with file, line and column.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import redis
 from githubkit import GitHub
 
+from bot.errors import BatonError
 from worker.github import api
 from worker.github.client import GitHubApp, GitHubError
 from worker.policy import Merged, PolicyDoc, merge, org_policy, parse
@@ -29,7 +39,16 @@ ORG_PATH = "baton.yml"
 REPO_PATH = ".github/baton.yml"
 CACHE_PREFIX = "baton:config:"
 CACHE_TTL_S = 24 * 3600
+#: + installation id: how visible the owner's `.github` is; dropped on installation events.
+VISIBILITY_PREFIX = "baton:org-visibility:"
+VISIBILITY_TTL_S = 300
 _MISSING = b"\x00missing"
+
+
+class Visibility(StrEnum):
+    INSTALLED = "installed"
+    PUBLIC = "public"
+    NOT_VISIBLE = "not-visible"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +70,16 @@ class LoadedPolicy:
     merged: Merged
     sources: tuple[Source, ...]
     repo: api.RepoHead  # as GitHub reported it while loading (fresh visibility)
+    #: Said once in every status: the ceiling in force is the built-in one, and how to change that.
+    notices: tuple[str, ...] = ()
+
+
+def no_org_ceiling_notice(owner: str) -> str:
+    return (
+        f"No organisation policy applies: `{owner}/.github` is not visible to Baton, so the built-in "
+        "defaults are the ceiling. To apply an org policy, add the `.github` repository (with a "
+        "`baton.yml` at its root) to the App's installation, or make it public."
+    )
 
 
 def _cached_file(
@@ -73,31 +102,67 @@ def _doc(data: bytes | None, source: Source) -> PolicyDoc | None:
     return parse(data, f"{source.repository}/{source.path}") if data is not None else None
 
 
-def load(app: GitHubApp, cache: redis.Redis, installation_id: int, full_name: str) -> LoadedPolicy:
+def visibility(
+    app: GitHubApp, cache: redis.Redis, repo_gh: GitHub[Any], installation_id: int, org_full: str
+) -> Visibility:
+    """Is ``org_full`` in this installation, public, or neither? Raises GitHubError if unsure."""
+    key = f"{VISIBILITY_PREFIX}{installation_id}:{org_full}"
+    cached = cache.get(key)
+    if cached is not None:
+        return Visibility(cached.decode() if isinstance(cached, bytes) else str(cached))
+    found = api.repo_installation(app.app, org_full)
+    if found is not None and found == installation_id:
+        seen = Visibility.INSTALLED
+    else:
+        repo = api.repo_if_exists(repo_gh, org_full)
+        seen = (
+            Visibility.PUBLIC if repo is not None and repo.get("private") is False else Visibility.NOT_VISIBLE
+        )
+    cache.set(key, seen.value, ex=VISIBILITY_TTL_S)
+    return seen
+
+
+def forget_visibility(cache: redis.Redis, installation_id: int) -> int:
+    keys = list(cache.scan_iter(match=f"{VISIBILITY_PREFIX}{installation_id}:*", count=500))
+    return int(cache.delete(*keys)) if keys else 0
+
+
+def load(
+    app: GitHubApp,
+    cache: redis.Redis,
+    installation_id: int,
+    full_name: str,
+    *,
+    require_org_policy: bool = False,
+) -> LoadedPolicy:
     owner = full_name.split("/", 1)[0]
     org_full = f"{owner}/{ORG_REPO}"
+    repo_gh = app.for_repository(installation_id, full_name, "read")
     sources: list[Source] = []
+    notices: list[str] = []
     org_doc: PolicyDoc | None = None
-    if full_name != org_full:
-        try:
-            org_gh = app.for_repository(installation_id, org_full, "read")
-            org_data, org_source, _ = _cached_file(cache, org_gh, org_full, ORG_PATH)
-        except GitHubError as exc:
-            if not _not_installed(exc):
-                raise
+    try:
+        seen = visibility(app, cache, repo_gh, installation_id, org_full)
+        if seen is Visibility.NOT_VISIBLE:
+            if require_org_policy:
+                raise BatonError(
+                    "org-policy-required", f"{org_full} is not visible and the operator requires it"
+                )
+            notices.append(no_org_ceiling_notice(owner))
         else:
+            org_gh = (
+                repo_gh
+                if seen is Visibility.PUBLIC
+                else app.for_repository(installation_id, org_full, "read")
+            )
+            org_data, org_source, _ = _cached_file(cache, org_gh, org_full, ORG_PATH)
             sources.append(org_source)
             org_doc = _doc(org_data, org_source)
-    repo_gh = app.for_repository(installation_id, full_name, "read")
+    except GitHubError as exc:
+        raise BatonError(
+            "org-policy-unreachable", f"reading the ceiling in {org_full}: {exc.message}"
+        ) from exc
     repo_data, repo_source, head = _cached_file(cache, repo_gh, full_name, REPO_PATH)
     sources.append(repo_source)
     repo_doc = _doc(repo_data, repo_source)
-    return LoadedPolicy(merge(org_policy(org_doc), repo_doc), tuple(sources), head)
-
-
-def _not_installed(exc: GitHubError) -> bool:
-    """The org's .github repo is outside the installation (token refused, or not found)."""
-    cause = exc.__cause__
-    response = getattr(cause, "response", None)
-    status = getattr(response, "status_code", None)
-    return status in (404, 422)
+    return LoadedPolicy(merge(org_policy(org_doc), repo_doc), tuple(sources), head, tuple(notices))

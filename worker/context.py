@@ -1,8 +1,9 @@
-"""What a job needs besides its task: Redis, the GitHub App, and where evidence lives.
+"""What a job needs besides its task: Redis, the GitHub App, and the operator's settings.
 
-Built once per worker process from the environment and reused by every job.
-Without APP_ID and a private key the worker still runs, and every task that
-needs GitHub ends `failed` with that reason, rather than being silently dropped.
+Built once per job process from the environment and reused by every call in
+it. Without APP_ID and a private key the worker still runs, and every task
+that needs GitHub ends `failed` with that reason, rather than being silently
+dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class Context:
     redis: redis.Redis
     github: GitHubApp | None
     app_id: int | None
+    #: BATON_REQUIRE_ORG_POLICY: refuse where the owner's `.github` is not visible.
+    require_org_policy: bool = False
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -41,6 +44,10 @@ def configure(redis_url: str | None) -> None:
     _redis_url = redis_url
 
 
+def configured_url() -> str | None:
+    return _redis_url
+
+
 def current() -> Context:
     """The context for jobs in this process (each forked job builds its own connections)."""
     if _redis_url is None:
@@ -52,10 +59,17 @@ def current() -> Context:
 
 @functools.cache
 def build(redis_url: str) -> Context:
+    return fresh(redis_url)
+
+
+def fresh(redis_url: str) -> Context:
+    """A context of its own (never shared): the worker's main process uses one, so the job
+    processes it forks never inherit its connections through ``build``'s cache."""
     config = settings.load()
     connection = redis.Redis.from_url(redis_url)
     app = None
     if config.app_id and config.private_key:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
         app = GitHubApp(credentials, connection)
-    return Context(connection, app, int(config.app_id) if config.app_id else None)
+    return Context(connection, app, int(config.app_id) if config.app_id else None,
+                   getattr(config, "require_org_policy", False))  # fmt: skip

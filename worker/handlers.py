@@ -1,134 +1,221 @@
 """What each kind of task does: read fresh state from GitHub, decide, say what to publish.
 
 A handler returns a ``Result``: the task's terminal state and what to tell
-GitHub (a status comment, a check run). ``worker.jobs`` commits the state
-first and publishes after, so a crash never leaves a claim on GitHub that the
-record does not back. The decisions themselves are pure functions
-(``authorize``, ``decide``); handlers only gather their inputs.
+GitHub (a status comment, check runs to complete). ``worker.jobs`` commits the
+state together with the publication, and the outbox publishes after, so a
+crash never leaves a claim on GitHub that the record does not back. The
+decisions themselves are pure functions (``screen``, ``authorize``,
+``decide``); handlers only gather their inputs.
 
-An agent run, step by step (nothing is ever spawned here; the agent runner
-arrives with a later issue):
-  1. load the policy: org ceiling, narrowed by the repo's default branch;
-  2. check the sender's permission on the repository, as GitHub reports it now;
-  3. run the trifecta gate on the effective policy and the fresh repo facts;
-  4. record the decision for the evidence trail and explain it on the issue.
+Every trigger (label, `/baton` command, cancel, unlabel, close), step by step
+(nothing is ever spawned here; the agent runner arrives with a later issue):
+  1. who asked: the sender's permission on the repository, as GitHub reports it
+     now. This is the first call Baton makes for the task. A sender below
+     ``write`` (the floor of every policy) ends the task here: nothing is said
+     and nothing else is spent (it is logged and counted), except for a label,
+     whose author may get a refusal because labelling already needs triage;
+  2. the policy: org ceiling, narrowed by the repo's default branch;
+  3. the sender against the policy's trigger rules (``min_permission``, bots);
+  4. the trifecta gate on the effective policy and the fresh repo facts;
+  5. the decision recorded for the evidence trail, and explained on the issue.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
+from bot import records
 from bot.errors import BatonError
 from bot.tasks import Kind, Repository, Task
-from worker import config
-from worker.authorize import Authorization, authorize
+from worker import config, lifecycle
+from worker.authorize import Authorization, Permission, authorize, screen
 from worker.context import Context
 from worker.github import api
 from worker.github.limits import Output
 from worker.lifecycle import State
+from worker.messages import failure, inert
 from worker.policy import Decision, PolicyError, TaskFacts, UnknownAgent, decide, explain
+from worker.publish import CheckRunEnd
 from worker.status import Status
+
+log = logging.getLogger("baton.handlers")
 
 MERGE_GATE_CHECK = "baton/merge-gate"
 DECISION_PREFIX = "baton:decision:"
 LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
+#: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
+AUTHORISED = "authorised"
 
 
 @dataclass(frozen=True)
 class Result:
     state: State
-    detail: str
+    detail: str  # for the record and the log; may hold exception text, so never published
     status: Status | None = None  # the issue's status comment, when the task has an issue
+    check_runs: tuple[CheckRunEnd, ...] = ()
     fields: dict[str, str] = field(default_factory=dict)
 
 
-def failed(task: Task, exc: BatonError) -> Result:
+def failed(task: Task, exc: BatonError, *, speak: bool, check_run_ids: Sequence[int] = ()) -> Result:
+    """The task could not finish: a fixed sentence for its error code, never the exception text.
+
+    ``speak``: whether the issue may hear about it (only once the sender was authorised,
+    or for a label). Check runs the task opened are completed whatever happened.
+    """
+    state = State.TIMED_OUT if exc.code == "timed-out" else State.FAILED
     status = None
-    if task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None:
-        status = Status(State.FAILED, task.id, task.agent, f"Baton could not finish this task: {exc.message}",
-                        next_steps=("Fix the cause above, then comment `/baton retry`.",))  # fmt: skip
-    return Result(State.FAILED, f"{exc.code}: {exc.message}", status)
+    if speak and task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None:
+        status = Status(state, task.id, task.agent, failure(exc.code), details=(f"error code `{exc.code}`",),
+                        next_steps=("Comment `/baton retry` once the cause is fixed.",))  # fmt: skip
+    title = "Baton timed out" if state is State.TIMED_OUT else "Baton could not finish"
+    conclusion = "timed_out" if state is State.TIMED_OUT else "failure"
+    runs = tuple(CheckRunEnd(i, conclusion, title, f"{failure(exc.code)} (error code `{exc.code}`)")
+                 for i in check_run_ids)  # fmt: skip
+    return Result(state, f"{exc.code}: {exc.message}", status, runs)
+
+
+# -- who asked ---------------------------------------------------------------------------------
+
+
+def _where(task: Task) -> tuple[Repository, int]:
+    if task.repository is None or task.installation_id is None:
+        raise BatonError("no-installation", "the delivery names no repository or installation")
+    return task.repository, task.installation_id
+
+
+def _permission(ctx: Context, task: Task) -> Permission | None:
+    """Step 1, the first GitHub call of every trigger. None for bots (they are not collaborators)."""
+    app = ctx.need_github()
+    repo, installation = _where(task)
+    if task.sender.is_bot:
+        return None
+    return api.permission(app.for_repository(installation, repo.full_name, "read"), repo.full_name,
+                          task.sender.login)  # fmt: skip
+
+
+def _refusal(verdict: Authorization, login: str) -> str:
+    """Why the sender was refused, in Baton's words; the login is quoted inert."""
+    who = inert(login)
+    return {
+        "below-minimum": f"{who} has {verdict.role} access; triggering Baton here needs "
+        f"{verdict.needed} or higher.",
+        "bot-not-allowed": f"{who} is a bot; bots trigger Baton only when `trigger.allow_bots` names them.",
+        "lookup-failed": f"Baton could not check {who}'s permission on this repository, and refuses when "
+        "unsure.",
+        "unknown-role": f"GitHub reported a role for {who} that Baton does not know; it refuses when unsure.",
+    }.get(verdict.code, "The policy's trigger rules do not let this sender start Baton.")
+
+
+def _unauthorised(ctx: Context, task: Task, verdict: Authorization, *, say: bool) -> Result:
+    """Refuse. Only a label's author is told (``say``); anyone else gets silence, and a count."""
+    ctx.redis.hincrby(records.COUNTERS_KEY, "unauthorised_sender", 1)
+    log.warning("sender may not trigger Baton", extra={"task": task.id, "kind": task.kind.value,
+                "sender": task.sender.login, "code": verdict.code, "answered": say})  # fmt: skip
+    if not say:
+        return Result(State.REFUSED, f"{verdict.code}: {verdict.reason} (not answered)")
+    needed = verdict.needed or "write"
+    command = inert(f"/baton run {task.agent}") if task.agent else "`/baton run`"
+    return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}", Status(
+        State.REFUSED, task.id, task.agent, _refusal(verdict, task.sender.login),
+        next_steps=(f"Ask someone with {needed} access to add the label again or comment {command}.",),
+    ))  # fmt: skip
+
+
+def _load(ctx: Context, task: Task) -> config.LoadedPolicy:
+    """Step 2. Raises PolicyError (file:line:col) or BatonError, both ending the task closed."""
+    repo, installation = _where(task)
+    return config.load(ctx.need_github(), ctx.redis, installation, repo.full_name,
+                       require_org_policy=ctx.require_org_policy)  # fmt: skip
+
+
+def _policy_failed(task: Task, exc: PolicyError, *, speak: bool) -> Result:
+    problems = [str(p) for p in exc.problems]
+    status = Status(
+        State.FAILED, task.id, task.agent,
+        "The capability policy could not be read, so Baton refuses to run anything.",
+        evidence="\n".join(problems),
+        next_steps=("Fix the file at the line and column shown, then comment `/baton retry`.",),
+    ) if speak and task.number is not None else None  # fmt: skip
+    return Result(State.FAILED, f"policy invalid: {problems[0] if problems else exc.message}", status)
+
+
+def _context_lines(loaded: config.LoadedPolicy) -> list[str]:
+    """Which files the policy came from, and every line of the repo's file that was ignored."""
+    lines = [f"policy: {inert(s.label(), 200)}" for s in loaded.sources]
+    lines += [f"ignored (a repository may only narrow the org policy): {inert(str(p), 400)}"
+              for p in loaded.merged.problems]  # fmt: skip
+    return lines
 
 
 # -- agent runs --------------------------------------------------------------------------------
 
 
-def _policy_failed(task: Task, agent: str | None, exc: PolicyError) -> Result:
-    problems = [str(p) for p in exc.problems]
-    return Result(State.FAILED, f"policy invalid: {problems[0] if problems else exc.message}", Status(
-        State.FAILED, task.id, agent,
-        "The capability policy could not be read, so Baton refuses to run anything.", details=problems,
-        next_steps=("Fix the file at the line and column shown, then comment `/baton retry`.",),
-    ))  # fmt: skip
+_UNSET = Permission(error="not looked up")
 
 
-def _gatekeep(ctx: Context, task: Task) -> tuple[config.LoadedPolicy, Authorization]:
-    """Steps 1 and 2: the effective policy, and whether the sender may trigger under it."""
-    app = ctx.need_github()
-    repo, installation = _where(task)
-    loaded = config.load(app, ctx.redis, installation, repo.full_name)
-    trigger = loaded.merged.policy.trigger
-    gh = app.for_repository(installation, repo.full_name, "read")
-    found = None if task.sender.is_bot else api.permission(gh, repo.full_name, task.sender.login)
+def agent_run(
+    ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = _UNSET
+) -> Result:
+    label = task.kind is Kind.AGENT_RUN
+    if found is _UNSET:
+        found = _permission(ctx, task)
+    below = screen(task.sender, found)
+    if below is not None:
+        return _unauthorised(ctx, task, below, say=label)
+    try:
+        loaded = _load(ctx, task)
+    except PolicyError as exc:
+        return _policy_failed(task, exc, speak=label)
+    policy = loaded.merged.policy
+    trigger = policy.trigger
     verdict = authorize(
         task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
     )
-    return loaded, verdict
-
-
-def agent_run(ctx: Context, task: Task, agent: str, *, offline: bool = False) -> Result:
-    try:
-        loaded, verdict = _gatekeep(ctx, task)
-    except PolicyError as exc:
-        return _policy_failed(task, agent, exc)
-    policy = loaded.merged.policy
-    widening = [str(p) for p in loaded.merged.problems]
     if not verdict.allowed:
-        return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}", Status(
-            State.REFUSED, task.id, agent, verdict.reason,
-            next_steps=(f"Ask someone with {policy.trigger.min_permission} access to label the issue "
-                        f"`agent:{agent}` or comment `/baton run {agent}`.",),
-        ))  # fmt: skip
+        return _unauthorised(ctx, task, verdict, say=label or not task.sender.is_bot)
+    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
     repo, _ = _where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
     ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
+    context = _context_lines(loaded)
+    notices = loaded.notices
 
     try:
         decision = decide(policy, TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline))
-    except UnknownAgent as exc:
-        known = ", ".join(f"`{a}`" for a in sorted(policy.agents)) or "none"
+    except UnknownAgent:
+        known = ", ".join(inert(a) for a in sorted(policy.agents)) or "none"
         return Result(State.REFUSED, f"unknown-agent: {agent}", Status(
-            State.REFUSED, task.id, agent,
-            f"`{agent}` is not an agent this repository's policy allows. {exc.message}",
-            details=(f"Agents allowed here: {known}.",),
+            State.REFUSED, task.id, agent, f"{inert(agent)} is not an agent this repository's policy allows.",
+            details=(f"Agents allowed here: {known}.", *context), notices=notices,
         ))  # fmt: skip
     _record_decision(ctx, task, decision, loaded)
-    sources = [f"policy: {s.label()}" for s in loaded.sources]
-    if widening:
-        sources += [f"ignored (a repository may only narrow the org policy): {w}" for w in widening]
+    fields = {"decision_sha256": _digest(decision)}
     if not decision.allowed:
         legs = ", ".join(str(axis).replace("_", " ") for axis in decision.triggered)
         return Result(State.DENIED, f"trifecta: {', '.join(decision.triggered)}", Status(
             State.DENIED, task.id, agent,
-            f"Baton started no agent: this run of `{agent}` would combine {legs} (the lethal trifecta). "
-            "Here is what put each one there, and what would make it pass:",
-            evidence=explain(decision), details=sources,
-            next_steps=(f"Comment `/baton run {agent} --offline` to run it with every external-communication "
-                        "tool and egress host removed (decided again by the same gate).",
+            f"Baton started no agent: this run of {inert(agent)} would combine {legs} "
+            "(the lethal trifecta). Here is what put each one there, and what would make it pass:",
+            evidence=explain(decision), details=context, notices=notices,
+            next_steps=(f"Comment {inert(f'/baton run {agent} --offline')} to run it with every "
+                        "external-communication tool and egress host removed (decided again by the same "
+                        "gate).",
                         "Or narrow the agent in `.github/baton.yml` as suggested above."),
-        ), {"decision_sha256": _digest(decision)})  # fmt: skip
+        ), fields=fields)  # fmt: skip
     mode = " offline" if offline else ""
+    who = f"{inert(task.sender.login)} has {verdict.role} access" if verdict.role else "The sender is allowed"
     return Result(State.ACCEPTED, f"allowed{mode}", Status(
         State.ACCEPTED, task.id, agent,
-        f"{verdict.reason}. The capability gate allowed this{mode} run of `{agent}`. "
+        f"{who}. The capability gate allowed this{mode} run of {inert(agent)}. "
         "No agent process is started yet: the agent runner arrives with a later Baton release.",
-        details=[*explain(decision).splitlines()[:1], *sources],
-    ), {"decision_sha256": _digest(decision)})  # fmt: skip
+        details=[inert(explain(decision).splitlines()[0], 200), *context], notices=notices,
+    ), fields=fields)  # fmt: skip
 
 
 def _digest(decision: Decision) -> str:
@@ -148,47 +235,64 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
     )
 
 
-def _where(task: Task) -> tuple[Repository, int]:
-    if task.repository is None or task.installation_id is None:
-        raise BatonError("no-installation", "the delivery names no repository or installation")
-    return task.repository, task.installation_id
-
-
 # -- commands, cancel -----------------------------------------------------------------------------
 
 
 def command(ctx: Context, task: Task) -> Result:
+    found = _permission(ctx, task)  # step 1 comes first, whatever the command says
+    below = screen(task.sender, found)
+    if below is not None:
+        return _unauthorised(ctx, task, below, say=False)
     cmd = task.command
-    if cmd is None or cmd.name == "invalid":
-        # Answered only after the sender proves write access: strangers get no bot replies.
-        return _checked_reply(ctx, task, cmd.error if cmd and cmd.error else "unknown command")
-    if cmd.name == "run" and cmd.agent:
-        return agent_run(ctx, task, cmd.agent, offline=cmd.offline)
-    if cmd.name == "retry":
+    if cmd is not None and cmd.name == "run" and cmd.agent:
+        return agent_run(ctx, task, cmd.agent, offline=cmd.offline, found=found)
+    if cmd is not None and cmd.name == "retry":
         repo, _ = _where(task)
         raw = ctx.redis.get(LAST_RUN_PREFIX + f"{repo.id}:{task.number}")
-        if raw is None:
-            return _checked_reply(ctx, task, "there is no earlier run on this issue to retry")
-        last = orjson.loads(raw)
-        return agent_run(ctx, task, str(last["agent"]), offline=bool(last["offline"]))
-    return cancel(ctx, task)
+        if raw is not None:
+            last = orjson.loads(raw)
+            return agent_run(ctx, task, str(last["agent"]), offline=bool(last["offline"]), found=found)
+        return _reply(ctx, task, found, "there is no earlier run on this issue to retry.")
+    if cmd is not None and cmd.name == "cancel":
+        return cancel(ctx, task, found=found)
+    usage = cmd.error if cmd is not None and cmd.error else "unknown command"
+    return _reply(ctx, task, found, inert(usage, 200))
 
 
-def _checked_reply(ctx: Context, task: Task, message: str) -> Result:
+def _reply(ctx: Context, task: Task, found: Permission | None, message: str) -> Result:
+    """A short answer to a command, for a sender the policy lets trigger Baton (anyone else: silence)."""
     try:
-        _, verdict = _gatekeep(ctx, task)
+        policy = _load(ctx, task).merged.policy
     except PolicyError as exc:
-        return _policy_failed(task, None, exc)
-    if not verdict.allowed:
-        return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}")  # no reply to strangers
-    return Result(
-        State.DONE,
-        f"command not understood: {message}",
-        Status(State.DONE, task.id, None, f"Baton did not understand that command: {message}"),
+        return _policy_failed(task, exc, speak=False)
+    trigger = policy.trigger
+    verdict = authorize(
+        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
     )
+    if not verdict.allowed:
+        return _unauthorised(ctx, task, verdict, say=False)
+    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
+    answer = Status(State.DONE, task.id, None, f"Baton did not act on that command: {message}")
+    return Result(State.DONE, f"command answered: {message}", answer)
 
 
-def cancel(_ctx: Context, task: Task) -> Result:
+def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Result:
+    """`/baton cancel`, removing the agent label, closing the issue: authorised like a run."""
+    if found is _UNSET:
+        found = _permission(ctx, task)
+    below = screen(task.sender, found)
+    if below is not None:
+        return _unauthorised(ctx, task, below, say=False)
+    try:
+        policy = _load(ctx, task).merged.policy
+    except PolicyError as exc:
+        return _policy_failed(task, exc, speak=False)
+    trigger = policy.trigger
+    verdict = authorize(
+        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
+    )
+    if not verdict.allowed:
+        return _unauthorised(ctx, task, verdict, say=False)
     # No agent runs yet, so there is nothing to stop; the agent-runs issue stops the run under its lock.
     return Result(State.DONE, f"cancel for #{task.number}: no run is active")
 
@@ -205,16 +309,20 @@ def merge_gate(ctx: Context, task: Task) -> Result:
     output = Output("Baton merge gate", "Started.")
     run_id = api.create_check_run(gh, repo.full_name, name=MERGE_GATE_CHECK, head_sha=task.head_sha,
                                   external_id=task.id, details_url=None, output=output)  # fmt: skip
+    # Recorded at once: whatever ends this task from here on completes this run (see worker.jobs).
+    lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id))
     summary = ("No merge gates are configured yet, so Baton makes no claim about this commit. "
                "Gates (and signed receipts) arrive with a later Baton release.")  # fmt: skip
-    api.complete_check_run(gh, repo.full_name, run_id, conclusion="neutral", details_url=None,
-                           output=Output("No gates configured", summary))  # fmt: skip
-    return Result(State.DONE, f"check run {run_id} completed neutral", fields={"check_run_id": str(run_id)})
+    return Result(State.DONE, f"check run {run_id}: neutral",
+                  check_runs=(CheckRunEnd(run_id, "neutral", "No gates configured", summary),))  # fmt: skip
 
 
 def installation_sync(ctx: Context, task: Task) -> Result:
-    forgotten = ctx.github.invalidate(task.installation_id) if ctx.github and task.installation_id else 0
-    return Result(State.DONE, f"installation {task.installation_id}: {forgotten} cached token(s) dropped")
+    if ctx.github is None or task.installation_id is None:
+        return Result(State.DONE, "nothing cached for this installation")
+    forgotten = ctx.github.invalidate(task.installation_id)
+    forgotten += config.forget_visibility(ctx.redis, task.installation_id)
+    return Result(State.DONE, f"installation {task.installation_id}: {forgotten} cached entries dropped")
 
 
 def check_action(_ctx: Context, task: Task) -> Result:

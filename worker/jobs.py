@@ -1,10 +1,18 @@
-"""The job function every Baton queue runs: ``run_task(task)``.
+"""The job function every Baton queue runs, and how a task ends when its job cannot end it.
 
-Its shape is the same for every kind: mark the task running, let its handler
-gather fresh state and decide (``worker.handlers``), commit the terminal state,
-then publish to GitHub. Errors Baton raises on purpose end the task ``failed``
-with their message, on the issue where there is one; anything else also ends
-it ``failed`` and is re-raised so RQ keeps the traceback.
+``run_task`` has the same shape for every kind: mark the task running (which
+takes out its lease), let its handler gather fresh state and decide
+(``worker.handlers``), commit the terminal state together with what to
+publish, then publish through the outbox. Errors Baton raises on purpose end
+the task ``failed`` with a fixed message for their code; a job timeout ends it
+``timed-out``; anything else also ends it ``failed`` and is re-raised so RQ
+keeps the traceback.
+
+When the job itself dies, ``end_abnormally`` does the same from outside: RQ's
+failure callback (``on_failure``), the worker whose job process was killed
+(``worker.rqworker``), and any worker that finds an expired lease
+(``worker.rqworker``) all end the task through it, completing its check runs
+and, once its sender was authorised, saying so on the issue.
 """
 
 from __future__ import annotations
@@ -13,17 +21,18 @@ import logging
 from typing import Any
 
 import redis
+from rq.exceptions import AbandonedJobError
 from rq.job import Job
-from rq.timeouts import JobTimeoutException
+from rq.timeouts import BaseTimeoutException
 
 from bot.errors import BatonError
-from bot.tasks import Task
-from worker import context, lifecycle
+from bot.tasks import Kind, Task
+from worker import context, lifecycle, outbox
 from worker.context import Context
-from worker.github import api
-from worker.handlers import HANDLERS, Result, failed
+from worker.handlers import AUTHORISED, HANDLERS, Result, failed
 from worker.lifecycle import State
-from worker.status import is_status_comment, render
+from worker.publish import Publication, perform
+from worker.status import render
 
 log = logging.getLogger("baton.jobs")
 
@@ -35,18 +44,33 @@ def run_task(data: dict[str, Any]) -> dict[str, str]:
 
 def execute(ctx: Context, task: Task) -> dict[str, str]:
     lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value)
-    unexpected: Exception | None = None
+    unexpected: BaseException | None = None
     try:
         result = HANDLERS[task.kind](ctx, task)
+    except BaseTimeoutException as exc:  # before Exception: RQ's JobTimeoutException subclasses it
+        unexpected = exc
+        result = _failed(ctx, task, BatonError("timed-out", "the job ran past its queue's timeout"))
     except BatonError as exc:
-        result = failed(task, exc)
+        result = _failed(ctx, task, exc)
     except Exception as exc:  # recorded, then re-raised for RQ
         unexpected = exc
-        result = failed(task, BatonError("internal-error", f"{type(exc).__name__} (see the worker log)"))
-    lifecycle.move(ctx.redis, task.id, result.state, result.detail, **result.fields)
-    published = publish(ctx, task, result)
-    # Last: the task's side effects are done (readers wait for this, not for the state).
-    ctx.redis.hset(lifecycle.PREFIX + task.id, "published", published)
+        result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
+    publication = publication_for(ctx, task, result)
+    try:
+        stored = publication.to_json() if publication else None
+        lifecycle.move(ctx.redis, task.id, result.state, result.detail, publication=stored, **result.fields)
+    except lifecycle.IllegalMove:
+        # Another worker ended it meanwhile (its lease had run out): that ending stands.
+        log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
+        return {
+            "task_id": task.id,
+            "kind": task.kind.value,
+            "state": "ended-elsewhere",
+            "detail": result.detail,
+        }
+    published = publish_now(ctx, task.id) if publication else "nothing to publish"
+    if publication is None:
+        lifecycle.annotate(ctx.redis, task.id, published=published)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
                             "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:
@@ -54,51 +78,88 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
     return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
 
 
+def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
+    if exc.code == "internal-error":
+        log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
+    speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
+    return failed(task, exc, speak=speak, check_run_ids=_check_runs(ctx.redis, task.id))
+
+
+def _check_runs(client: redis.Redis, task_id: str) -> list[int]:
+    raw = lifecycle.field(client, task_id, "check_run_ids") or ""
+    return [int(i) for i in raw.split(",") if i.isdigit()]
+
+
+def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
+    """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
+    repo = task.repository
+    if repo is None or task.installation_id is None:
+        return None
+    comment = render(result.status) if result.status is not None and task.number is not None else None
+    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
+                      task.number, comment, result.check_runs)  # fmt: skip
+    return None if pub.empty else pub
+
+
+def publish_now(ctx: Context, task_id: str) -> str:
+    """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
+    if ctx.github is None:
+        return "not published: the worker has no App credentials"
+    app = ctx.github
+
+    def act(pub: Publication) -> str:
+        return perform(app, ctx.redis, pub, ctx.app_id)
+
+    done = outbox.attempt(ctx.redis, task_id, act)
+    return done if done is not None else "not published yet: kept in the outbox for another attempt"
+
+
+def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError) -> bool:
+    """End a task whose job cannot: failed (or timed-out) with ``error``'s fixed message.
+
+    ``data`` is the job's argument (the task as stored); if it cannot be read (a task
+    from another schema), the record still ends, with nothing published. Returns False
+    if the task had already ended.
+    """
+    if lifecycle.current(ctx.redis, task_id) in lifecycle.TERMINAL:
+        return False
+    try:
+        task = Task.from_dict(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        log.error("cannot read the task of a dead job", extra={"task": task_id, "error": str(exc)})
+        try:
+            lifecycle.move(ctx.redis, task_id, State.FAILED, f"task-undecodable ({error.code}): {exc}")
+        except lifecycle.IllegalMove:
+            return False
+        return True
+    result = _failed(ctx, task, error)
+    publication = publication_for(ctx, task, result)
+    try:
+        lifecycle.move(ctx.redis, task_id, result.state, result.detail,
+                       publication=publication.to_json() if publication else None)  # fmt: skip
+    except lifecycle.IllegalMove:  # it ended meanwhile, by its own job or another reaper
+        return False
+    if publication is not None:
+        publish_now(ctx, task_id)
+    log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
+    return True
+
+
 def on_failure(job: Job, connection: redis.Redis, exc_type: type[BaseException], *_exc: object) -> None:
     """RQ's failure callback: the job failed, timed out, or its worker died (abandoned).
 
-    Whatever happened, the task must not stay `running`: it ends `failed`, saying
-    why, on the issue where there is one. A task that already reached a final
-    state (``execute`` records its own failures) is left as it is.
+    Whatever happened, the task must not stay `running`. A task that already reached a
+    final state (``execute`` records its own failures) is left as it is.
     """
-    if lifecycle.current(connection, job.id) in lifecycle.TERMINAL:
-        return
-    task = Task.from_dict(job.args[0])
-    if exc_type.__name__ == "AbandonedJobError":
+    if issubclass(exc_type, AbandonedJobError):
         error = BatonError("worker-lost", "the worker running this task stopped before it finished")
-    elif issubclass(exc_type, JobTimeoutException):
-        error = BatonError("timed-out", "the task ran longer than its queue allows and was stopped")
+    elif issubclass(exc_type, BaseTimeoutException):
+        error = BatonError("timed-out", "the job ran past its queue's timeout and was stopped")
     else:
         error = BatonError("job-failed", f"{exc_type.__name__} (see the worker log)")
-    result = failed(task, error)
-    lifecycle.move(connection, task.id, result.state, result.detail)
     try:
         ctx = context.current()
     except BatonError:
-        return
-    connection.hset(lifecycle.PREFIX + task.id, "published", publish(ctx, task, result))
-
-
-def publish(ctx: Context, task: Task, result: Result) -> str:
-    """Tell the issue. A failure here is recorded on the task, never hidden."""
-    if result.status is None or task.number is None or task.repository is None or ctx.github is None:
-        return "nothing to publish"
-    if task.installation_id is None:
-        return "no installation"
-    gh = ctx.github.for_repository(task.installation_id, task.repository.full_name, "report")
-
-    def ours(comment: dict[str, Any]) -> bool:
-        via = comment.get("performed_via_github_app")
-        return (
-            is_status_comment(comment.get("body")) and isinstance(via, dict) and via.get("id") == ctx.app_id
-        )
-
-    try:
-        comment_id = api.upsert_comment(
-            gh, task.repository.full_name, task.number, render(result.status), ours
-        )
-    except BatonError as exc:
-        ctx.redis.hset(lifecycle.PREFIX + task.id, "publish_error", exc.message)
-        return f"status comment failed: {exc.message}"
-    ctx.redis.hset(lifecycle.PREFIX + task.id, "comment_id", str(comment_id))
-    return f"status comment {comment_id}"
+        ctx = Context(connection, None, None)
+    data = job.args[0] if job.args else None
+    end_abnormally(ctx, job.id, data, error)

@@ -1,9 +1,16 @@
 """A task's life: its states, the moves allowed between them, and where it is recorded.
 
 One table says which moves are legal; ``move`` applies one in a single Redis
-transaction (the task's record, its history, the per-state registries), so a
-worker that dies between two moves leaves the task in a state that is true.
-Side effects (comments, check runs) happen after a move commits, never before.
+transaction (the task's record, its history, the per-state registries, its
+lease, its outbox entry), so a worker that dies between two moves leaves the
+task in a state that is true. Side effects (comments, check runs) happen after
+a move commits, never before: a terminal move stores what is to be published
+and queues it in the outbox in the same transaction, and ``worker.outbox``
+puts it on GitHub afterwards, retrying until it is there.
+
+The web side writes the first state (``queued``) in its enqueue script
+(``bot.records`` names the keys both sides use); every later write to a task's
+record goes through this module.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from enum import StrEnum
 import orjson
 import redis
 
+from bot import records
 from bot.errors import BatonError
 from bot.logs import timestamp
 
@@ -28,23 +36,29 @@ class State(StrEnum):
     PR_OPENED = "pr_opened"
     DONE = "done"
     FAILED = "failed"
+    TIMED_OUT = "timed-out"  # its job ran past the queue's timeout and was stopped
     CANCELLED = "cancelled"
 
 
 TERMINAL = frozenset({State.REFUSED, State.DENIED, State.ACCEPTED, State.PR_OPENED, State.DONE, State.FAILED,
-                      State.CANCELLED})  # fmt: skip
+                      State.TIMED_OUT, State.CANCELLED})  # fmt: skip
 
 MOVES: dict[State, frozenset[State]] = {
-    State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.FAILED}),
-    # A job that RQ retries after its worker died starts again from running.
-    State.RUNNING: frozenset(TERMINAL | {State.RUNNING}),
+    # FAILED / TIMED_OUT: the job died before it could mark the task running.
+    State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.FAILED, State.TIMED_OUT}),
+    State.RUNNING: TERMINAL,
     **{state: frozenset() for state in TERMINAL},
 }
+assert State.QUEUED.value == records.QUEUED
 
-PREFIX = "baton:task:"
-REGISTRY = "baton:tasks:"  # + state: a sorted set of task ids by time of arrival there
-HISTORY_LIMIT = 100
-RECORD_TTL_S = 30 * 24 * 3600
+PREFIX = records.TASK_PREFIX
+REGISTRY = records.REGISTRY_PREFIX  # + state: a sorted set of task ids by time of arrival there
+HISTORY_LIMIT = records.HISTORY_LIMIT
+RECORD_TTL_S = records.RECORD_TTL_S
+#: Running tasks by the time their lease runs out (a sorted set). The worker that runs a task
+#: renews its lease; a task whose lease ran out lost its worker, and any worker ends it.
+LEASES = "baton:leases"
+LEASE_S = 30.0
 
 
 class IllegalMove(BatonError):
@@ -60,11 +74,11 @@ class Moved:
 
 
 def check(before: State | None, after: State) -> None:
-    """Raise IllegalMove unless ``before -> after`` is in the table (None: a new task)."""
+    """Raise IllegalMove unless ``before -> after`` is in the table (None: no record)."""
     if before is None:
-        # FAILED: the worker died while picking the task up, before it could mark it running.
-        if after not in (State.QUEUED, State.RUNNING, State.FAILED):
-            raise IllegalMove("illegal-move", f"a new task starts queued or running (or failed), not {after}")
+        # A record can only be missing if Redis lost it; the failure paths still end the task.
+        if after not in (State.QUEUED, State.FAILED, State.TIMED_OUT):
+            raise IllegalMove("illegal-move", f"a task with no record cannot become {after}")
         return
     if after not in MOVES[before]:
         raise IllegalMove("illegal-move", f"a task cannot go from {before} to {after}")
@@ -80,8 +94,25 @@ def current(client: redis.Redis, task_id: str) -> State | None:
     return _state(client.hget(PREFIX + task_id, "state"))
 
 
-def move(client: redis.Redis, task_id: str, after: State, detail: str = "", **fields: str) -> Moved:
-    """Apply one move atomically; concurrent movers retry on the fresh state."""
+def field(client: redis.Redis, task_id: str, name: str) -> str | None:
+    raw = client.hget(PREFIX + task_id, name)
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def move(
+    client: redis.Redis,
+    task_id: str,
+    after: State,
+    detail: str = "",
+    *,
+    publication: bytes | None = None,
+    **fields: str,
+) -> Moved:
+    """Apply one move atomically; concurrent movers retry on the fresh state.
+
+    Moving to ``running`` takes out the task's lease; a terminal move drops it and,
+    with ``publication``, stores it and queues it in the outbox.
+    """
     key = PREFIX + task_id
     with client.pipeline() as pipe:
         while True:
@@ -95,19 +126,70 @@ def move(client: redis.Redis, task_id: str, after: State, detail: str = "", **fi
                 record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
                 record["updated_at"] = timestamp(now)
                 record.update(fields)
+                if publication is not None:
+                    record["publication"] = publication
                 pipe.hset(key, mapping=record)  # type: ignore[arg-type]
                 pipe.expire(key, RECORD_TTL_S)
-                pipe.rpush(key + ":history", event)
-                pipe.ltrim(key + ":history", -HISTORY_LIMIT, -1)
-                pipe.expire(key + ":history", RECORD_TTL_S)
+                pipe.rpush(key + records.HISTORY_SUFFIX, event)
+                pipe.ltrim(key + records.HISTORY_SUFFIX, -HISTORY_LIMIT, -1)
+                pipe.expire(key + records.HISTORY_SUFFIX, RECORD_TTL_S)
                 if before is not None:
                     pipe.zrem(REGISTRY + before.value, task_id)
                 pipe.zadd(REGISTRY + after.value, {task_id: now})
+                if after is State.RUNNING:
+                    pipe.zadd(LEASES, {task_id: now + LEASE_S})
+                elif after in TERMINAL:
+                    pipe.zrem(LEASES, task_id)
+                    if publication is not None:
+                        pipe.zadd(records.OUTBOX_KEY, {task_id: now})
                 pipe.execute()
                 return Moved(task_id, before, after, detail)
             except redis.WatchError:
                 continue
 
 
+def annotate(client: redis.Redis, task_id: str, **fields: str) -> bool:
+    """Add facts to an existing record (a comment id, a check run id, how publishing went).
+
+    Never creates a record: a fact about a task Redis has forgotten is dropped (False).
+    """
+    script = client.register_script(_ANNOTATE)
+    args: list[str] = []
+    for name, value in fields.items():
+        args += [name, value]
+    return bool(script(keys=[PREFIX + task_id], args=args))
+
+
+_ANNOTATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def renew_lease(client: redis.Redis, task_id: str) -> bool:
+    """Push a running task's lease out again; False if it has none (it ended, or was reaped)."""
+    return bool(client.zadd(LEASES, {task_id: time.time() + LEASE_S}, xx=True, ch=True))
+
+
+def expired_leases(client: redis.Redis, now: float | None = None, limit: int = 100) -> list[str]:
+    found = client.zrangebyscore(LEASES, "-inf", now if now is not None else time.time(), start=0, num=limit)
+    return [t.decode() if isinstance(t, bytes) else str(t) for t in found]
+
+
+_CLAIM_EXPIRED = """
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+def claim_expired(client: redis.Redis, task_id: str, now: float | None = None) -> bool:
+    """Take an expired lease away (atomically), so exactly one sweeper ends that task."""
+    script = client.register_script(_CLAIM_EXPIRED)
+    return bool(script(keys=[LEASES], args=[task_id, time.time() if now is None else now]))
+
+
 def history(client: redis.Redis, task_id: str) -> list[dict[str, str]]:
-    return [orjson.loads(e) for e in client.lrange(PREFIX + task_id + ":history", 0, -1)]
+    return [orjson.loads(e) for e in client.lrange(PREFIX + task_id + records.HISTORY_SUFFIX, 0, -1)]

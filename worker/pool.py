@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from types import FrameType
 
 import redis
-from rq import Queue, Worker
+from rq import Queue
 from rq.serializers import JSONSerializer
 
 from bot import queues
 from worker import context
+from worker.rqworker import BatonWorker
 
 log = logging.getLogger("baton.worker")
 
@@ -63,7 +64,7 @@ def work(redis_url: str, queue_names: Sequence[str], *, burst: bool = False) -> 
     context.configure(redis_url)
     connection = redis.Redis.from_url(redis_url)
     rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
-    worker = Worker(rq_queues, connection=connection, serializer=JSONSerializer)
+    worker = BatonWorker(rq_queues, connection=connection, serializer=JSONSerializer)
     worker.work(
         burst=burst, with_scheduler=False, logging_level=logging.getLevelName(log.getEffectiveLevel())
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from worker.github.limits import MAX_COMMENT_CHARS, truncate
 from worker.lifecycle import State
+from worker.messages import fenced, inert
 
 MARKER = "<!-- baton:status v1 -->"
 
@@ -28,6 +29,7 @@ HEADLINE: dict[State, str] = {
     State.PR_OPENED: "📬 Pull request opened",
     State.DONE: "✅ Done",
     State.FAILED: "❌ Failed",
+    State.TIMED_OUT: "⌛ Timed out",
     State.CANCELLED: "⏹️ Cancelled",
 }
 
@@ -40,11 +42,14 @@ class Status:
     summary: str
     details: Sequence[str] = field(default_factory=tuple)
     next_steps: Sequence[str] = field(default_factory=tuple)
-    evidence: str | None = None  # preformatted (e.g. the gate's explanation), shown verbatim
+    evidence: str | None = None  # preformatted (the gate's explanation, policy problems), in a code block
+    notices: Sequence[str] = field(default_factory=tuple)  # said once, at the end (e.g. which ceiling)
 
 
 def render(status: Status) -> str:
-    who = f" · agent `{status.agent}`" if status.agent else ""
+    """The comment's Markdown. ``summary``, ``details`` and ``next_steps`` are Baton's own words,
+    with anything a person typed already passed through ``inert``; ``agent`` is quoted here."""
+    who = f" · agent {inert(status.agent)}" if status.agent else ""
     lines = [
         MARKER,
         f"### Baton: {HEADLINE[status.state]}",
@@ -52,11 +57,13 @@ def render(status: Status) -> str:
         status.summary,
     ]
     if status.evidence:
-        lines += ["", "```text", status.evidence.replace("```", "` ` `"), "```"]
+        lines += ["", fenced(status.evidence)]
     if status.details:
         lines += ["", *(f"- {d}" for d in status.details)]
     if status.next_steps:
         lines += ["", "**What you can do**", "", *(f"- {s}" for s in status.next_steps)]
+    if status.notices:
+        lines += ["", *(f"> {n}" for n in status.notices)]
     lines += ["", f"<sub>task `{status.task_id}`{who} · state `{status.state}`</sub>"]
     return truncate("\n".join(lines), MAX_COMMENT_CHARS, None)
 

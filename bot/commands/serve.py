@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,12 +14,23 @@ from collections.abc import Iterator
 import uvicorn
 
 from bot import logs, redis_server, settings
-from bot.app import WEBHOOK_PATH, create_app
+from bot.app import METRICS_PATH, WEBHOOK_PATH, create_app
+from bot.errors import ConfigError
 
 
 class _Server(uvicorn.Server):
     """uvicorn re-raises SIGTERM after a graceful stop, which would skip our cleanup
-    (stopping the worker and the embedded Redis); here a signal only asks it to exit."""
+    (stopping the worker and the embedded Redis); here a signal only asks it to exit.
+
+    With ``worker`` it also watches that process: if it ends while serve runs
+    (for any reason, even exit 0), serve stops too, rather than answering 202
+    to tasks nothing will run. ``worker_lost`` then says so.
+    """
+
+    def __init__(self, config: uvicorn.Config, worker: subprocess.Popen[bytes] | None = None) -> None:
+        super().__init__(config)
+        self.worker = worker
+        self.worker_lost = False
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -29,11 +41,36 @@ class _Server(uvicorn.Server):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    async def on_tick(self, counter: int) -> bool:
+        # Every 0.1 s in uvicorn's main loop; poll() is one non-blocking waitpid.
+        if self.worker is not None and not self.should_exit and self.worker.poll() is not None:
+            self.worker_lost = True
+            return True
+        return await super().on_tick(counter)
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help=f"receive GitHub webhooks at POST {WEBHOOK_PATH}")
-    p.add_argument("--worker", action="store_true", help="also run `baton worker` on the same Redis")
+    p.add_argument(
+        "--worker",
+        action="store_true",
+        help="also run `baton worker` on the same Redis (serve exits if it does)",
+    )
     p.set_defaults(handler=run)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound socket for uvicorn; a port already in use is one clear line, not a traceback."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            "cannot-listen", f"cannot listen on {host}:{port} ({exc.strerror}); free the port or change it"
+        ) from exc
+    return sock
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,15 +82,24 @@ def run(args: argparse.Namespace) -> int:
         embedded = redis_server.start_for_serve()
         url = embedded.url
     worker: subprocess.Popen[bytes] | None = None
+    sockets: list[socket.socket] = []
     try:
+        sockets.append(listen(config.host, config.port))
+        if config.metrics_port is not None:
+            sockets.append(listen(config.host, config.metrics_port))
         if args.worker:
             env = {**os.environ, "REDIS_URL": url}
             argv = [sys.executable, "-m", "bot.cli", "worker"]
             worker = subprocess.Popen(argv, env=env)  # noqa: S603 - our own argv
         where = "embedded Redis" if embedded else "REDIS_URL"
         mode = " (SETUP MODE: no WEBHOOK_SECRET, webhooks answer 503)" if config.setup_mode else ""
+        metrics = (
+            f"; metrics at http://{config.host}:{config.metrics_port}{METRICS_PATH}"
+            if config.metrics_port is not None
+            else ""
+        )
         print(
-            f"baton serve: http://{config.host}:{config.port}{WEBHOOK_PATH} on {where}{mode}",
+            f"baton serve: http://{config.host}:{config.port}{WEBHOOK_PATH} on {where}{metrics}{mode}",
             file=sys.stderr,
             flush=True,
         )
@@ -69,10 +115,21 @@ def run(args: argparse.Namespace) -> int:
                 log_config=None,
                 server_header=False,
                 proxy_headers=False,  # Baton never uses the client address
-            )
+            ),
+            worker,
         )
-        server.run()
+        server.run(sockets=sockets)
+        if worker is not None and server.worker_lost:
+            print(
+                f"baton serve: its worker (pid {worker.pid}) exited with code {worker.returncode}, so serve "
+                "stopped too (tasks would be queued with nothing to run them); restart it",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
     finally:
+        for sock in sockets:
+            sock.close()
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
             try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,40 @@ def test_the_server_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None
     else:
         pytest.fail("the embedded server outlived its parent")
     client.close()
+
+
+def _as_started(tmp_path: Path, real: str) -> str:
+    """The real server, told to keep its process title.
+
+    Redis and Valkey overwrite their argv with a short title once they run, so
+    /proc/<pid>/cmdline hides the arguments after start-up but shows them
+    during it (and on systems where the title cannot be set). With
+    ``set-proc-title no`` it shows what Baton passed, for as long as it runs.
+    """
+    wrapper = tmp_path / "server-as-started"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(real)} "$@" --set-proc-title no\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.parametrize("binary", [server_binary, bundled_valkey], ids=["from-PATH", "bundled-valkey"])
+def test_the_password_is_on_no_command_line(tmp_path: Path, binary: Callable[[], str]) -> None:
+    data_dir = tmp_path / 'data "quoted" dir with spaces'
+    server = EmbeddedRedis(data_dir=data_dir, durable=True, binary=_as_started(tmp_path, binary()))
+    with server:
+        assert server.pid is not None
+        password = server.url.split(":")[2].split("@")[0].encode()
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--set-proc-title" in argv  # this is the argv as started, not a title
+        assert password not in b" ".join(argv)
+        assert password not in Path(f"/proc/{server.pid}/environ").read_bytes()
+        # The configuration it did get (on stdin) is the one Baton meant.
+        client = redis.Redis.from_url(server.url)
+        assert client.config_get("dir")["dir"] == str(data_dir)
+        assert client.config_get("appendonly")["appendonly"] == "yes"
+        assert client.config_get("bind")["bind"] == "127.0.0.1"
+        client.close()
+        anonymous = redis.Redis(host="127.0.0.1", port=int(server.url.rsplit(":", 1)[1].split("/")[0]))
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.set("x", "1")
+        anonymous.close()

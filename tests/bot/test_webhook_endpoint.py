@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import socket
 import time
 import uuid
@@ -20,12 +22,13 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from starlette.testclient import TestClient
 
-from bot import queues
+from bot import queues, records
 from bot.app import WEBHOOK_PATH, create_app
 from bot.logs import DeliveryLog
 from bot.settings import Settings
 from bot.signature import sign
 from tests.conftest import SECRET, delivery_headers, example, labeled, serve_app
+from worker import lifecycle
 
 
 def settings(**overrides: Any) -> Settings:
@@ -37,6 +40,13 @@ def settings(**overrides: Any) -> Settings:
 def client(redis_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(settings(), redis_url)) as c:
         yield c
+
+
+def fresh(agent: str = "claude-code") -> dict[str, Any]:
+    """A labeled delivery whose body no other delivery has (bodies, like ids, are stored once)."""
+    payload = labeled(agent)
+    payload["issue"]["body"] = f"a distinct issue body {uuid.uuid4()}"
+    return payload
 
 
 def post(client: TestClient, payload: object, event: str = "issues", **kw: Any) -> httpx.Response:
@@ -87,9 +97,9 @@ def test_accepted_delivery_is_an_rq_job_a_worker_can_read(client: TestClient, rd
 def test_rotation_accepts_every_configured_secret(redis_url: str) -> None:
     app = create_app(settings(webhook_secrets=(b"old", SECRET)), redis_url)
     with TestClient(app) as c:
-        assert post(c, labeled(), secret=b"old").status_code == 202
-        assert post(c, labeled(), secret=SECRET).status_code == 202
-        assert post(c, labeled(), secret=b"other").status_code == 401
+        assert post(c, fresh(), secret=b"old").status_code == 202
+        assert post(c, fresh(), secret=SECRET).status_code == 202
+        assert post(c, fresh(), secret=b"other").status_code == 401
 
 
 # -- bad input: clear error, nothing stored --------------------------------------
@@ -240,10 +250,100 @@ def test_concurrent_redeliveries_of_one_id_make_exactly_one_job(live_url: str, r
     assert rdb.exists("rq:job:" + delivery)
 
 
+# -- replays: the signature covers the body, not the delivery id -------------------------------
+
+
+def test_an_old_body_under_a_fresh_delivery_id_is_a_duplicate_and_writes_nothing(
+    client: TestClient, rdb: redis.Redis
+) -> None:
+    """A captured signed body re-sent with a made-up X-GitHub-Delivery is not a new task."""
+    body = json.dumps(fresh()).encode()
+    original, replay = str(uuid.uuid4()), str(uuid.uuid4())
+    assert _raw(client, body, delivery_headers(body, "issues", original)).status_code == 202
+    keys_before = sorted(rdb.keys("*"))
+
+    r = _raw(client, body, delivery_headers(body, "issues", replay))
+    assert (r.status_code, r.json()) == (200, {"status": "duplicate", "task_id": original})
+    # No half state: not the new id's dedupe key, job, record or history.
+    assert sorted(rdb.keys("*")) == keys_before
+    assert all_queued(rdb) == [original]
+    digest = hashlib.sha256(body).hexdigest()
+    assert 7 * 24 * 3600 - 60 < rdb.ttl(queues.BODY_PREFIX + digest) <= 7 * 24 * 3600
+
+
+def test_a_redelivery_with_its_own_body_is_still_one_duplicate(client: TestClient, rdb: redis.Redis) -> None:
+    delivery = str(uuid.uuid4())
+    body = json.dumps(fresh()).encode()
+    for expected in (202, 200, 200):
+        assert _raw(client, body, delivery_headers(body, "issues", delivery)).status_code == expected
+    assert all_queued(rdb) == [delivery]
+    assert len(rdb.lrange(records.TASK_PREFIX + delivery + records.HISTORY_SUFFIX, 0, -1)) == 1
+
+
+def test_concurrent_replays_of_one_body_under_fresh_ids_make_exactly_one_job(
+    live_url: str, rdb: redis.Redis
+) -> None:
+    body = json.dumps(fresh()).encode()
+
+    def send(_: int) -> tuple[int, str]:
+        delivery = str(uuid.uuid4())
+        with httpx.Client(timeout=10) as c:
+            headers = delivery_headers(body, "issues", delivery)
+            return c.post(live_url + WEBHOOK_PATH, content=body, headers=headers).status_code, delivery
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(send, range(64)))
+    winners = [delivery for code, delivery in answers if code == 202]
+    assert len(winners) == 1
+    assert sorted(code for code, _ in answers) == [200] * 63 + [202]
+    assert all_queued(rdb) == winners
+    assert [k.decode() for k in rdb.keys(queues.DEDUPE_PREFIX + "*")] == [queues.DEDUPE_PREFIX + winners[0]]
+    record = records.TASK_PREFIX + winners[0]
+    assert sorted(k.decode() for k in rdb.keys(records.TASK_PREFIX + "*")) == [
+        record,
+        record + records.HISTORY_SUFFIX,
+    ]
+
+
+# -- the queued state is on record from the 2xx on ----------------------------------------------
+
+RFC3339_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def test_a_queued_task_is_on_record_when_github_gets_its_2xx(client: TestClient, rdb: redis.Redis) -> None:
+    delivery = str(uuid.uuid4())
+    before = time.time()
+    assert post(client, fresh(), delivery=delivery).status_code == 202
+    after = time.time()
+
+    record = {k.decode(): v.decode() for k, v in rdb.hgetall(records.TASK_PREFIX + delivery).items()}
+    assert record["state"] == "queued"
+    assert record["detail"]
+    assert RFC3339_MILLIS.fullmatch(record["updated_at"])
+    task = Job.fetch(delivery, connection=rdb, serializer=JSONSerializer).args[0]
+    assert record["updated_at"] == task["received_at"]
+    history_key = records.TASK_PREFIX + delivery + records.HISTORY_SUFFIX
+    history = [orjson.loads(e) for e in rdb.lrange(history_key, 0, -1)]
+    assert history == [{"at": record["updated_at"], "from": None, "to": "queued", "detail": record["detail"]}]
+    for key in (records.TASK_PREFIX + delivery, history_key):
+        assert records.RECORD_TTL_S - 60 < rdb.ttl(key) <= records.RECORD_TTL_S
+    score = rdb.zscore(records.REGISTRY_PREFIX + "queued", delivery)
+    assert score is not None
+    assert before - 0.01 <= score <= after + 0.01
+    assert score != int(score) or before == int(before)  # seconds with a fraction, as the worker scores
+
+    # The worker's first move reads this record as it is (same shapes it writes itself).
+    assert lifecycle.current(rdb, delivery) is lifecycle.State.QUEUED
+    lifecycle.move(rdb, delivery, lifecycle.State.RUNNING, "agent_run started")
+    assert rdb.zscore(records.REGISTRY_PREFIX + "queued", delivery) is None
+    assert [e["to"] for e in lifecycle.history(rdb, delivery)] == ["queued", "running"]
+    assert set(lifecycle.history(rdb, delivery)[0]) == set(lifecycle.history(rdb, delivery)[1])
+
+
 # -- Redis down ----------------------------------------------------------------------------
 
 
-def test_redis_down_is_503_within_the_bound_and_nothing_is_claimed() -> None:
+def test_redis_down_is_503_within_the_bound_and_nothing_is_claimed(caplog: pytest.LogCaptureFixture) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
@@ -254,7 +354,15 @@ def test_redis_down_is_503_within_the_bound_and_nothing_is_claimed() -> None:
         assert r.status_code == 503
         assert r.json()["error"] == "redis-unavailable"
         assert elapsed <= 2.5
-        assert c.get("/readyz").status_code == 503
+        assert "Connection refused" not in r.text
+        ready = c.get("/readyz")
+        assert ready.status_code == 503
+        # Redis's own error text (host, port, errno) is for the log, not for whoever asks.
+        assert ready.json() == {"status": "unavailable", "redis": "not answering"}
+    logged = [r for r in caplog.records if r.name == "baton.app" and "readyz" in r.getMessage()]
+    assert logged
+    dead_port = dead.rsplit(":", 1)[1].split("/", 1)[0]
+    assert dead_port in logged[0].error  # type: ignore[attr-defined]
 
 
 def test_redis_that_accepts_but_never_answers_is_503_within_the_bound() -> None:
@@ -269,8 +377,28 @@ def test_redis_that_accepts_but_never_answers_is_503_within_the_bound() -> None:
             r = post(c, labeled())
             assert r.status_code == 503
             assert time.monotonic() - started < 1.5
+            # It may have landed after all: the sender is told to redeliver, which is then `duplicate`.
+            assert r.json()["error"] == "redis-timeout"
+            assert "may not be stored; redeliver it" in r.json()["message"]
     finally:
         listener.close()
+
+
+def test_a_write_redis_refuses_is_503_with_its_own_code_and_stores_nothing(
+    client: TestClient, rdb: redis.Redis
+) -> None:
+    rdb.config_set("maxmemory-policy", "noeviction")
+    rdb.config_set("maxmemory", "1")  # every write is now refused (OOM)
+    try:
+        r = post(client, fresh())
+    finally:
+        rdb.config_set("maxmemory", "0")
+    assert r.status_code == 503
+    assert r.json()["error"] == "redis-unavailable"
+    assert "not stored" in r.json()["message"]
+    assert "may not" not in r.json()["message"]
+    assert rdb.dbsize() == 0
+    assert post(client, fresh()).status_code == 202
 
 
 # -- operability -----------------------------------------------------------------------------
@@ -323,19 +451,77 @@ def test_one_log_line_per_delivery_without_secret_or_body(redis_url: str) -> Non
 
 def test_recovers_when_redis_forgets_the_script(client: TestClient, rdb: redis.Redis) -> None:
     """After a Redis restart the script cache is empty: the delivery is still stored once."""
-    assert post(client, labeled()).status_code == 202
+    assert post(client, fresh()).status_code == 202
     rdb.script_flush()
     delivery = str(uuid.uuid4())
-    assert post(client, labeled(), delivery=delivery).status_code == 202
-    assert post(client, labeled(), delivery=delivery).status_code == 200
+    payload = fresh()
+    assert post(client, payload, delivery=delivery).status_code == 202
+    assert post(client, payload, delivery=delivery).status_code == 200
     assert queued_ids(rdb, queues.AGENTS).count(delivery) == 1
 
 
 def test_a_dropped_connection_costs_no_delivery(client: TestClient, rdb: redis.Redis) -> None:
     """Redis closed Baton's connection (restart, idle timeout): the next delivery still lands."""
-    assert post(client, labeled()).status_code == 202
+    assert post(client, fresh()).status_code == 202
     killed = rdb.client_kill_filter(_type="normal", skipme=True)
     assert killed >= 1
-    r = post(client, labeled())
+    r = post(client, fresh())
     assert r.status_code == 202, r.text
     assert len(queued_ids(rdb, queues.AGENTS)) == 2
+
+
+def test_metrics_show_the_workers_counters_and_the_outbox(client: TestClient, rdb: redis.Redis) -> None:
+    rdb.hincrby(records.COUNTERS_KEY, "unauthorised_sender", 3)
+    rdb.hincrby(records.COUNTERS_KEY, "publish_gave_up", 1)
+    rdb.zadd(records.OUTBOX_KEY, {"t1": 1.0, "t2": 2.0})
+    text = client.get("/metrics").text
+    assert 'baton_worker_events_total{event="unauthorised_sender"} 3' in text
+    assert 'baton_worker_events_total{event="publish_gave_up"} 1' in text
+    assert "# TYPE baton_worker_events_total counter" in text
+    assert "baton_outbox_pending 2" in text
+
+
+def test_metrics_with_redis_silent_answer_in_time_and_say_so() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    try:
+        with TestClient(create_app(settings(redis_timeout=0.3), url)) as c:
+            started = time.monotonic()
+            r = c.get("/metrics")
+            assert time.monotonic() - started < 1.5
+            assert r.status_code == 200
+            assert "baton_outbox_pending -1" in r.text
+            assert f'baton_queue_depth{{queue="{queues.AGENTS.name}"}} -1' in r.text
+            assert "baton_worker_events_total{" not in r.text
+            ready = c.get("/readyz")
+            assert ready.status_code == 503
+            assert ready.json() == {"status": "unavailable", "redis": "not answering"}
+    finally:
+        listener.close()
+
+
+TOKEN = "metrics-token-0123456789abcdef"
+
+
+def test_metrics_token_is_required_when_set(redis_url: str) -> None:
+    with TestClient(create_app(settings(metrics_token=TOKEN), redis_url)) as c:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789abcd"}, {"Authorization": TOKEN},
+                        {"Authorization": f"Basic {TOKEN}"}):  # fmt: skip
+            r = c.get("/metrics", headers=headers)
+            assert r.status_code == 401, headers
+            assert r.headers["www-authenticate"].startswith("Bearer")
+            assert "baton_" not in r.text
+        ok = c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200
+        assert "# TYPE baton_deliveries_total counter" in ok.text
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/readyz").status_code == 200
+
+
+def test_metrics_are_not_on_the_main_port_when_they_have_their_own(redis_url: str) -> None:
+    with TestClient(create_app(settings(metrics_port=9091), redis_url)) as c:
+        assert c.get("/metrics").status_code == 404
+        assert c.get("/healthz").status_code == 200
+        assert post(c, fresh()).status_code == 202

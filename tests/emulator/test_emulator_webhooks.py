@@ -2,84 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 from emulator_world import GIT_ENV, OWNER, REPO, World, authed, build_world
-from githubkit.webhooks import verify
+from webhook_receiver import Receiver, assert_signed
 
 from emulator import EmulatorServer
-
-
-@dataclass
-class Received:
-    headers: dict[str, str]
-    raw: bytes
-
-    @property
-    def body(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.raw)
-        return data
-
-
-@dataclass
-class Receiver:
-    url: str
-    items: list[Received] = field(default_factory=list)
-    status: int = 202
-
-    def wait_for(self, count: int, timeout: float = 5.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        while len(self.items) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return list(self.items)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    holder: list[Receiver] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers["Content-Length"]))
-            holder[0].items.append(Received({k.lower(): v for k, v in self.headers.items()}, raw))
-            self.send_response(holder[0].status)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    holder.append(Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/webhooks"))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield holder[0]
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def hooked(github_emulator: EmulatorServer, receiver: Receiver) -> Iterator[World]:
-    built = build_world(github_emulator, webhook_url=receiver.url)
-    yield built
-    built.admin.close()
-
-
-def _assert_signed(item: Received, secret: str) -> None:
-    expected = "sha256=" + hmac.new(secret.encode(), item.raw, hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(item.headers["x-hub-signature-256"], expected)
-    assert verify(secret, item.raw, item.headers["x-hub-signature-256"])
-    assert not verify("wrong secret", item.raw, item.headers["x-hub-signature-256"])
 
 
 def test_signature_matches_githubs_documented_vector() -> None:
@@ -97,7 +26,7 @@ def test_person_labels_issue_sends_signed_issues_labeled(hooked: World, receiver
     )
     assert [d["status_code"] for d in result["deliveries"]] == [202]
     (item,) = receiver.wait_for(1)
-    _assert_signed(item, hooked.webhook_secret)
+    assert_signed(item, hooked.webhook_secret)
     assert item.headers["x-github-event"] == "issues"
     assert item.headers["user-agent"].startswith("GitHub-Hookshot/")
     assert item.headers["content-type"] == "application/json"
@@ -128,7 +57,7 @@ def test_api_actions_send_webhooks_after_the_response(hooked: World, receiver: R
     seen = [(i.headers["x-github-event"], i.body["action"]) for i in items]
     assert seen == [("issues", "labeled"), ("issue_comment", "created"), ("pull_request", "opened")]
     for item in items:
-        _assert_signed(item, hooked.webhook_secret)
+        assert_signed(item, hooked.webhook_secret)
         assert item.body["sender"]["login"] == "baton-test[bot]"
         assert item.body["sender"]["type"] == "Bot"
     opened = items[2].body
@@ -186,7 +115,7 @@ def test_arbitrary_event_and_redelivery_keep_the_guid(hooked: World, receiver: R
     (item,) = receiver.wait_for(1)
     assert item.headers["x-github-delivery"] == "11111111-2222-3333-4444-555555555555"
     assert item.body == payload
-    _assert_signed(item, hooked.webhook_secret)
+    assert_signed(item, hooked.webhook_secret)
     receiver.status = 500
     again = hooked.post(f"/deliveries/{sent['id']}/redeliver", {})
     assert again["status_code"] == 500
@@ -283,7 +212,7 @@ def test_push_over_http_moves_pull_head_and_sends_synchronize(
     assert item.body["before"] == pull["head"]["sha"]
     assert item.body["after"] == new_head
     assert item.body["pull_request"]["head"]["sha"] == new_head
-    _assert_signed(item, hooked.webhook_secret)
+    assert_signed(item, hooked.webhook_secret)
 
 
 def test_installation_events_reach_the_app(hooked: World, receiver: Receiver) -> None:

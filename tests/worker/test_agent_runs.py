@@ -41,7 +41,7 @@ def test_below_write_is_refused_and_explained_once(stage: Stage, who: str, role:
     assert result["state"] == "refused"
     assert "below-minimum" in result["detail"]
     [comment] = stage.baton_comments(number)
-    assert f"{who} has {role} access" in comment["body"]
+    assert f"`{who}` has {role} access" in comment["body"]
     assert "needs write or higher" in comment["body"]
     assert stage.rdb.get(DECISION_PREFIX + result["task_id"]) is None  # the gate never ran
 

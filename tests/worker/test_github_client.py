@@ -10,7 +10,7 @@ import redis
 from emulator import world
 from tests.worker.conftest import Stage
 from worker.github import api
-from worker.github.client import AppCredentials, GitHubApp, GitHubError
+from worker.github.client import AppCredentials, GitHubApp, GitHubError, retry_after_seconds
 from worker.github.limits import MAX_OUTPUT_CHARS, Action, Annotation, Output
 from worker.github.retry import RetryPolicy
 
@@ -154,3 +154,136 @@ def test_check_run_output_over_githubs_limits_still_lands(stage: Stage) -> None:
     assert held["output"]["summary"].endswith("Full evidence: https://baton.example/evidence/task-1")
     assert held["output"]["annotations_count"] == 120
     assert [r["status"] for r in stage.requests("PATCH", f"/check-runs/{run}")] == [200, 200, 200]
+
+
+# -- errors keep their codes, and say when to try again -------------------------------------------
+
+
+def test_github_error_keeps_its_two_argument_form() -> None:
+    error = GitHubError("bad-name", "'x' is not a GitHub repository name")
+    assert (error.code, error.message, error.status, error.retry_after) == (
+        "bad-name", "'x' is not a GitHub repository name", None, None,
+    )  # fmt: skip
+    assert str(error) == error.message
+
+
+def test_a_refused_token_request_is_not_retried_and_says_why(stage: Stage) -> None:
+    """GitHub answers 422 when a token is asked for a repository outside the installation;
+    githubkit reports that as a bare RequestError, which is not a network failure."""
+    gh = _client(stage, RetryPolicy(base_delay=0.05))
+    client = gh.for_repository(stage.world.installation_id, "acme/elsewhere", "read")
+    with pytest.raises(GitHubError) as caught:
+        api.repo_head(client, "acme/elsewhere")
+    error = caught.value
+    assert (error.code, error.status, error.retry_after) == ("token-refused", 422, None)
+    assert "\n" not in error.message
+    assert f"POST /app/installations/{stage.world.installation_id}/access_tokens: 422" in error.message
+    assert "not accessible" in error.message
+    assert [r["status"] for r in token_requests(stage)] == [422]
+    assert stage.requests("GET", "/repos/acme/elsewhere") == []
+
+
+def test_a_refused_token_for_the_org_repository_reads_as_not_installed(stage: Stage) -> None:
+    """The cause of a token refusal carries GitHub's answer (status 422), as callers expect."""
+    gh = _client(stage, RetryPolicy(base_delay=0.05))
+    client = gh.for_repository(stage.world.installation_id, "acme/elsewhere", "read")
+    with pytest.raises(GitHubError) as caught:
+        api.repo_head(client, "acme/elsewhere")
+    response = getattr(caught.value.__cause__, "response", None)
+    assert getattr(response, "status_code", None) == 422
+
+
+def test_a_long_secondary_rate_limit_says_when_to_come_back(stage: Stage) -> None:
+    stage.admin.add_fault(
+        f"/repos/{world.REPO}", kind="secondary_rate_limit", status=403, retry_after=600, count=5
+    )
+    gh = _client(stage, RetryPolicy(max_wait=5))
+    with pytest.raises(GitHubError) as caught:
+        api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    error = caught.value
+    assert (error.code, error.status, error.retry_after) == ("github-call-failed", 403, 600.0)
+
+
+def test_a_long_primary_rate_limit_says_when_it_resets(stage: Stage) -> None:
+    stage.admin.add_fault(
+        f"/repos/{world.REPO}", kind="primary_rate_limit", status=429, reset_in=300, count=5
+    )
+    gh = _client(stage, RetryPolicy(max_wait=5))
+    with pytest.raises(GitHubError) as caught:
+        api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    error = caught.value
+    assert error.status == 429
+    assert error.retry_after is not None
+    assert 290 <= error.retry_after <= 301
+    assert len(stage.requests("GET", f"/repos/{world.REPO}")) == 1
+
+
+def test_other_failures_carry_their_status_but_no_retry_after(stage: Stage) -> None:
+    gh = _client(stage, RetryPolicy(base_delay=0.05))
+    client = gh.for_repository(stage.world.installation_id, world.REPO, "read")
+    with pytest.raises(GitHubError) as caught:
+        api.request(client, "GET", f"/repos/{world.REPO}/issues/9999")
+    error = caught.value
+    assert (error.code, error.status, error.retry_after) == ("github-call-failed", 404, None)
+
+
+def test_a_rate_limited_token_request_is_a_rate_limit_not_a_refusal(stage: Stage) -> None:
+    stage.admin.add_fault(
+        f"/app/installations/{stage.world.installation_id}/access_tokens",
+        kind="secondary_rate_limit", status=429, retry_after=600, count=5,
+    )  # fmt: skip
+    gh = _client(stage, RetryPolicy(max_wait=5))
+    with pytest.raises(GitHubError) as caught:
+        api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    error = caught.value
+    assert (error.code, error.status, error.retry_after) == ("github-call-failed", 429, 600.0)
+    assert len(token_requests(stage)) == 1
+
+
+def test_a_short_rate_limit_on_the_token_request_is_waited_out(stage: Stage) -> None:
+    stage.admin.add_fault(
+        "/app/installations/*/access_tokens", kind="secondary_rate_limit", status=403, retry_after=1, count=1
+    )
+    gh = _client(stage, RetryPolicy(base_delay=0.05, max_wait=5))
+    started = time.monotonic()
+    api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    assert time.monotonic() - started >= 0.9
+    assert [r["status"] for r in token_requests(stage)] == [403, 201]
+
+
+def test_a_server_error_on_the_token_request_is_retried(stage: Stage) -> None:
+    stage.admin.add_fault("/app/installations/*/access_tokens", kind="status", status=502, count=1)
+    gh = _client(stage, RetryPolicy(base_delay=0.05))
+    api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    assert [r["status"] for r in token_requests(stage)] == [502, 201]
+
+
+def test_a_key_that_cannot_sign_fails_at_once(stage: Stage) -> None:
+    """Only network failures are retried: a JWT that cannot be signed is not one."""
+    not_a_key = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"
+    creds = AppCredentials(str(stage.world.app_id), not_a_key, stage.server.url)
+    gh = GitHubApp(creds, stage.rdb, timeout=5, retry=RetryPolicy(base_delay=1.0))
+    started = time.monotonic()
+    with pytest.raises(GitHubError) as caught:
+        api.request(gh.app, "GET", "/app/installations")
+    assert time.monotonic() - started < 0.9
+    assert caught.value.code == "github-call-failed"
+    assert stage.requests("GET", "/app/installations") == []
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "expected"),
+    [
+        (429, {"retry-after": "30"}, 30.0),
+        (403, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
+        (403, {"retry-after": "soon"}, None),
+        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1"}, 0.0),
+        (403, {"x-ratelimit-remaining": "7", "x-ratelimit-reset": "1"}, None),
+        (403, {}, None),
+        (503, {"retry-after": "30"}, None),
+    ],
+)
+def test_retry_after_reads_what_github_named(
+    status: int, headers: dict[str, str], expected: float | None
+) -> None:
+    assert retry_after_seconds(status, headers) == expected

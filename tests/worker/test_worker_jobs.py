@@ -76,9 +76,11 @@ def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(redis_url: str, 
 
     assert record("agent")["state"] == "failed"
     assert "no-app-credentials" in record("agent")["detail"]
-    assert record("cancel")["state"] == "done"
+    # A cancel is authorised like a run, against GitHub: without credentials it cannot be.
+    assert record("cancel")["state"] == "failed"
+    assert "no-app-credentials" in record("cancel")["detail"]
     assert record("install")["state"] == "done"
-    assert [e["to"] for e in lifecycle.history(rdb, deliveries["agent"])] == ["running", "failed"]
+    assert [e["to"] for e in lifecycle.history(rdb, deliveries["agent"])] == ["queued", "running", "failed"]
     assert rdb.zscore(lifecycle.REGISTRY + "failed", deliveries["agent"]) is not None
     assert rdb.zscore(lifecycle.REGISTRY + "running", deliveries["agent"]) is None
     for spec in queues.ALL:

@@ -1,8 +1,10 @@
 """`baton gate explain`: what the trifecta gate would decide for an agent, and why.
 
 Exit 0 allowed, 3 denied, 1 bad input (invalid or widening policy file, unknown
-agent). The repository is assumed private unless ``--public`` is given, because
-guessing public is the mistake that leaks.
+agent). On a widening no Decision is printed (exit 1 means "no decision"), but
+stderr says the worker would drop those items and decide on the rest, which
+`baton policy check` prints. The repository is assumed private unless
+``--public`` is given, because guessing public is the mistake that leaks.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ def explain_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if not merged.ok:
         report(merged.problems)
+        these = "this" if len(merged.problems) == 1 else "these"
+        print(
+            f"baton gate explain: the worker drops {these} and decides on the rest; "
+            "`baton policy check` shows that policy",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     facts = TaskFacts(agent=args.agent, repo_private=args.private, offline=args.offline)
     try:

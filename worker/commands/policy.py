@@ -2,7 +2,11 @@
 
 Exit 0 when valid; 1 when a file is invalid or the repository file tries to
 widen the org ceiling, with one ``file:line:col: message`` per problem on
-stderr. `baton policy schema` prints the JSON Schema editors use.
+stderr. On a widening the effective policy is still printed: it is what the
+worker would run (the widening items dropped, every narrowing kept), and its
+header says how many items were dropped. An invalid file has no effective
+policy, so nothing is printed on stdout then (``--json``: ok false and the
+problems). `baton policy schema` prints the JSON Schema editors use.
 """
 
 from __future__ import annotations
@@ -37,25 +41,30 @@ def check_command(args: argparse.Namespace) -> int:
     try:
         merged = effective(args.org, args.repo)
     except PolicyError as exc:
-        return _fail(exc.problems, args.json)
-    if not merged.ok:
-        return _fail(merged.problems, args.json)
+        report(exc.problems)
+        if args.json:
+            print(canonical_json({"ok": False, "problems": _listed(exc.problems)}).decode("ascii"))
+        return 1
+    report(merged.problems)
     policy = merged.policy
     if args.json:
-        out = {"ok": True, "policy": policy.to_data(), "policy_sha256": policy.digest, "problems": []}
+        out = {
+            "ok": merged.ok,
+            "policy": policy.to_data(),
+            "policy_sha256": policy.digest,
+            "problems": _listed(merged.problems),
+        }
         print(canonical_json(out).decode("ascii"))
     else:
-        print(f"# effective policy, sha256 {policy.digest}")
+        count = len(merged.problems)
+        dropped = f", {count} widening attempt{'s' * (count != 1)} dropped (see stderr);" if count else ","
+        print(f"# effective policy{dropped} sha256 {policy.digest}")
         print(yaml.safe_dump(policy.to_data(), sort_keys=False, default_flow_style=None), end="")
-    return 0
+    return 0 if merged.ok else 1
 
 
-def _fail(problems: tuple[Problem, ...], as_json: bool) -> int:
-    report(problems)
-    if as_json:
-        listed = [{"file": p.file, "line": p.line, "col": p.col, "message": p.message} for p in problems]
-        print(canonical_json({"ok": False, "problems": listed}).decode("ascii"))
-    return 1
+def _listed(problems: tuple[Problem, ...]) -> list[dict[str, object]]:
+    return [{"file": p.file, "line": p.line, "col": p.col, "message": p.message} for p in problems]
 
 
 def schema_command(args: argparse.Namespace) -> int:

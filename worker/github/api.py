@@ -17,8 +17,9 @@ from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
 from worker.authorize import Permission
-from worker.github.client import GitHubError, error_detail
+from worker.github.client import GitHubError, error_detail, github_error
 from worker.github.limits import Action, Annotation, Output, actions_to_api, annotation_batches
+from worker.github.retry import unwrap
 
 #: Comments read when looking for Baton's status comment (100 a page).
 MAX_COMMENT_PAGES = 10
@@ -41,10 +42,12 @@ def request(gh: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
     try:
         return gh.request(method, path, **kwargs).json()
     except GitHubException as exc:
-        raise GitHubError("github-call-failed", f"{method} {path} failed: {error_detail(exc)}") from exc
+        raise github_error(exc, f"{method} {path} failed") from unwrap(exc)
 
 
 def _status(exc: GitHubException) -> int | None:
+    """GitHub's status for the call itself. A failed token exchange is wrapped by githubkit in
+    a bare RequestError and gives None here: its 404 means the installation is gone, not the file."""
     return exc.response.status_code if isinstance(exc, RequestFailed) else None
 
 
@@ -95,9 +98,7 @@ def read_file(gh: GitHub[Any], full_name: str, path: str, ref: str) -> bytes | N
     except GitHubException as exc:
         if _status(exc) == 404:
             return None
-        raise GitHubError(
-            "github-call-failed", f"reading {full_name}/{path}@{ref}: {error_detail(exc)}"
-        ) from exc
+        raise github_error(exc, f"reading {full_name}/{path}@{ref}") from unwrap(exc)
     if not isinstance(data, dict) or data.get("type") != "file" or not isinstance(data.get("content"), str):
         return None
     return base64.b64decode(data["content"])
@@ -182,3 +183,45 @@ def complete_check_run(
             if actions:
                 data["actions"] = actions_to_api(actions)
         request(gh, "PATCH", f"{repo_path(full_name)}/check-runs/{check_run_id}", json=data)
+
+
+def edit_comment(gh: GitHub[Any], full_name: str, comment_id: int, body: str) -> bool:
+    """Replace a comment's body; False if the comment is gone (deleted by someone)."""
+    path = f"{repo_path(full_name)}/issues/comments/{comment_id}"
+    try:
+        gh.request("PATCH", path, json={"body": body})
+    except GitHubException as exc:
+        if _status(exc) == 404:
+            return False
+        raise github_error(exc, f"PATCH {path} failed") from unwrap(exc)
+    return True
+
+
+# -- what the installation can see ----------------------------------------------------------------
+
+
+def repo_installation(app_gh: GitHub[Any], full_name: str) -> int | None:
+    """The id of this App's installation that covers ``full_name``, or None (GitHub's 404).
+
+    Asked with the App's JWT: it answers for repositories outside any token's reach,
+    which is the point (a selected-repositories installation may leave one out).
+    """
+    try:
+        data = app_gh.request("GET", f"{repo_path(full_name)}/installation").json()
+    except GitHubException as exc:
+        if _status(exc) == 404:
+            return None
+        raise github_error(exc, f"GET {full_name}/installation") from unwrap(exc)
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, int) else None
+
+
+def repo_if_exists(gh: GitHub[Any], full_name: str) -> dict[str, Any] | None:
+    """The repository as ``gh`` can see it, or None where GitHub answers 404."""
+    try:
+        data = gh.request("GET", repo_path(full_name)).json()
+    except GitHubException as exc:
+        if _status(exc) == 404:
+            return None
+        raise github_error(exc, f"GET {repo_path(full_name)}") from unwrap(exc)
+    return data if isinstance(data, dict) else None

@@ -1,10 +1,17 @@
 """When to retry a GitHub call, and for how long: bounded, and never on a plain 4xx.
 
-Retried: 5xx and network failures (exponential backoff, capped), secondary rate
-limits (403/429 with Retry-After) and the primary rate limit (until
-x-ratelimit-reset), each only while the wait fits ``max_wait``. A wait longer
-than that fails the call at once: a job that sleeps for an hour holds a worker
-and tells nobody, while a recorded failure can be seen and retried.
+Retried: 5xx and network failures (connect and read timeouts, refused and reset
+connections; exponential backoff, capped), secondary rate limits (403/429 with
+Retry-After) and the primary rate limit (until x-ratelimit-reset), each only
+while the wait fits ``max_wait``. A wait longer than that fails the call at
+once: a job that sleeps for an hour holds a worker and tells nobody, while a
+recorded failure can be seen and retried.
+
+What failed is read from the exception githubkit wraps, never from whether it
+has a response: githubkit reports everything that fails inside a request (the
+installation-token exchange's own 422, a rate limit on it, a JWT that cannot be
+signed, even RQ's job timeout firing mid-request) as a bare ``RequestError``
+around the real failure.
 """
 
 from __future__ import annotations
@@ -12,8 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import httpx
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
 from githubkit.retry import RetryOption
+from rq.timeouts import BaseTimeoutException
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The failure itself: a GitHub answer (``RequestFailed``), an httpx transport error, or
+    whatever else was raised inside the request, with githubkit's ``RequestError`` wrappers removed."""
+    while isinstance(exc, RequestError) and not isinstance(exc, RequestFailed):
+        exc = exc.exc
+    return exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,16 +42,21 @@ class RetryPolicy:
     max_wait: float = 60.0
 
     def __call__(self, exc: GitHubException, retry_count: int) -> RetryOption:
+        cause = unwrap(exc)
+        if isinstance(cause, BaseTimeoutException):
+            # RQ stopped the job (its timeout) while it waited on GitHub, and githubkit wrapped that
+            # as a failed request. Let it through: the job must end `timed-out`, not "GitHub failed".
+            raise cause
         if retry_count >= self.max_retries:
             return RetryOption(False)
-        if isinstance(exc, RateLimitExceeded):
-            wait = exc.retry_after.total_seconds()
-            return RetryOption(True, exc.retry_after) if wait <= self.max_wait else RetryOption(False)
-        if isinstance(exc, RequestFailed):
-            if exc.response.status_code < 500:
+        if isinstance(cause, RateLimitExceeded):
+            wait = cause.retry_after.total_seconds()
+            return RetryOption(True, cause.retry_after) if wait <= self.max_wait else RetryOption(False)
+        if isinstance(cause, RequestFailed):
+            if cause.response.status_code < 500:
                 return RetryOption(False)
             return RetryOption(True, self.backoff(retry_count))
-        if isinstance(exc, RequestError):  # connection refused, reset, timeout
+        if isinstance(cause, httpx.TransportError):  # timeouts, refused, reset, protocol errors
             return RetryOption(True, self.backoff(retry_count))
         return RetryOption(False)
 
@@ -42,6 +64,8 @@ class RetryPolicy:
         return timedelta(seconds=min(self.max_delay, self.base_delay * 2**retry_count))
 
     def worst_case_seconds(self, request_timeout: float) -> float:
-        """Upper bound on one call's duration, for job timeouts and the docs."""
+        """Upper bound on one call's duration, for job timeouts and the docs.
+
+        ``request_timeout`` bounds one attempt (all the requests it makes)."""
         waits = max(self.max_wait, self.max_delay)
         return (self.max_retries + 1) * request_timeout + self.max_retries * waits

@@ -4,13 +4,15 @@ Typical use, at the edge that has the files::
 
     org = parse(org_bytes, "org/.github/baton.yml") if org_bytes else None
     repo = parse(repo_bytes, ".github/baton.yml") if repo_bytes else None
-    merged = merge(org_policy(org), repo)      # merged.problems: widening attempts
+    merged = merge(org_policy(org), repo)      # merged.problems: widening attempts, dropped
     decision = decide(merged.policy, TaskFacts(agent="claude-code", repo_private=True))
     if not decision.allowed: ...               # spawn nothing; post explain(decision)
 
 Everything here is pure; reading files and talking to GitHub happen elsewhere.
+Whoever reads a policy file should read at most ``MAX_POLICY_BYTES + 1`` bytes.
 """
 
+from worker.policy._yaml import MAX_BYTES as MAX_POLICY_BYTES
 from worker.policy.catalogue import CATALOGUE, MODEL_KEYS, ToolSpec
 from worker.policy.decide import Contributor, Decision, Remedy, decide
 from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
@@ -27,6 +29,7 @@ __all__ = [
     "CATALOGUE",
     "DEFAULT_POLICY",
     "INVALID",
+    "MAX_POLICY_BYTES",
     "MODEL_KEYS",
     "SCHEMA",
     "UNKNOWN_AGENT",

@@ -7,6 +7,10 @@ Checks run in this order, and every failure names file:line:col:
 2. The JSON Schema (schema.py) via _validate.py: unknown keys, types, enums,
    patterns, ranges. All findings are reported at once.
 3. What a schema cannot say: two gates with the same name.
+4. In ``org_policy`` only, what an org file must say and a repository file may
+   leave out (a schema sees one document and cannot know whose it is): each
+   agent's ``adapter`` and ``tools``, and ``command`` for the command adapter.
+   A repository's agent entry inherits every field it omits (merge.py).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def _semantic(doc: PolicyDoc) -> list[Problem]:
 
 
 def agent_from(data: Mapping[str, Any]) -> Agent:
-    """An agent entry as written; omitted optional fields take the safe empty default."""
+    """An org file's agent entry; omitted optional fields take the safe empty default."""
     command = data.get("command")
     return Agent(
         adapter=data["adapter"],
@@ -99,16 +103,40 @@ def gate_from(data: Mapping[str, Any]) -> Gate:
     return Gate(name=data["name"], run=data["run"], timeout=parse_duration(data.get("timeout", "10m")))
 
 
+#: What every agent entry of an org file must say; ``command`` too for the command adapter.
+ORG_AGENT_KEYS = ("adapter", "tools")
+
+
+def _org_problems(doc: PolicyDoc) -> list[Problem]:
+    problems: list[Problem] = []
+    for name, entry in doc.data.get("agents", {}).items():
+        path: Path = ("agents", name)
+        needed = (*ORG_AGENT_KEYS, "command") if entry.get("adapter") == "command" else ORG_AGENT_KEYS
+        problems.extend(
+            doc.problem(
+                path,
+                f"{show_path(path)}: missing required key {key!r} (an org file defines each agent in full)",
+            )
+            for key in needed
+            if key not in entry
+        )
+    return problems
+
+
 def org_policy(doc: PolicyDoc | None) -> Policy:
     """The ceiling: the org file over the built-in defaults, or the defaults alone.
 
     The org admin sets the ceiling, so the org file may be wider than the
     defaults: each section it writes replaces the default section (fields of
     ``trigger`` and ``limits`` one by one). Only ``ALWAYS_PROTECTED`` cannot be
-    removed.
+    removed. Raises PolicyError(INVALID) when an agent entry leaves out what an
+    org file must say (see the module docstring, step 4).
     """
     if doc is None:
         return DEFAULT_POLICY
+    problems = _org_problems(doc)
+    if problems:
+        raise PolicyError(INVALID, sorted(set(problems)))
     d = doc.data
     base = DEFAULT_POLICY
     trigger = d.get("trigger", {})

@@ -5,15 +5,25 @@ file wins: here the repository is the *least* trusted party (anyone with write
 access edits it, and so can an agent's PR once merged), so it can only take
 capabilities away. A repository may remove agents, tools, hosts, bots and env
 names; add protected paths, tags and gates; raise ``min_permission``; lower
-limits and timeouts. Anything else is a widening attempt: it is reported with
-the repository file's line and column, and then the ceiling applies in full.
-Nothing is half-applied, so what runs is always either exactly what the repo
-asked for or exactly the ceiling.
+limits and timeouts.
 
-Omission means "inherit": a section or agent field the repo file leaves out
-keeps the ceiling's value. Inside ``agents:`` the listed agents are the ones
-the repository allows (an agent left out is removed), and ``gates:`` only adds
-(an org gate cannot be dropped by leaving it out).
+The effective policy is the ceiling intersected with what the repository asked,
+item by item. Every narrowing is applied. Each widening attempt is dropped on
+its own and reported as a Problem at the repository file's line and column: a
+field keeps the ceiling's value, and a list item, agent or tool declaration is
+simply not added. So a file that narrows and also widens by mistake keeps its
+narrowings, the result is never wider than the ceiling nor than what the file
+asked, and it is exactly what the file would give with the widening items
+deleted. ``Merged.problems`` lists what was dropped; callers that must stop on
+any widening (``baton policy check``) use ``ok`` or ``raise_for_widening()``.
+
+Omission means "inherit": a section, an agent field (``adapter`` and
+``command`` included) or a restated org gate's timeout that the repository file
+leaves out keeps the ceiling's value; restating one with another value is a
+widening attempt. Inside ``agents:`` the listed agents are the ones the
+repository allows (an agent left out is removed, and one the org does not have
+is not added, so a misspelt name can leave no agents at all, never more), and
+``gates:`` only adds (an org gate cannot be dropped by leaving it out).
 """
 
 from __future__ import annotations
@@ -25,19 +35,30 @@ from typing import Any
 from worker.policy._validate import Path, show_path
 from worker.policy.catalogue import CATALOGUE
 from worker.policy.errors import WIDENING, PolicyError, Problem
-from worker.policy.load import PolicyDoc, agent_from, gate_from
-from worker.policy.model import Agent, Axis, Gate, Limits, Permission, Policy, Trigger, format_duration
+from worker.policy.load import PolicyDoc, gate_from
+from worker.policy.model import (
+    Agent,
+    Axis,
+    Gate,
+    Limits,
+    Permission,
+    Policy,
+    Trigger,
+    format_duration,
+    parse_duration,
+)
 
 
 @dataclass(frozen=True)
 class Merged:
-    """The effective policy, and the widening attempts that forced it back to the ceiling."""
+    """The effective policy, and the widening attempts that were dropped from it."""
 
     policy: Policy
     problems: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
+        """True when nothing the repository asked for had to be dropped."""
         return not self.problems
 
     def raise_for_widening(self) -> Policy:
@@ -55,19 +76,24 @@ class _Checker:
     def widen(self, path: Path, message: str, *, at_key: bool = False) -> None:
         self.problems.append(self.doc.problem(path, f"{show_path(path)}: {message}", at_key=at_key))
 
-    def subset(self, path: Path, asked: Iterable[str], allowed: Iterable[str], noun: str) -> None:
+    def within(self, path: Path, asked: Iterable[str], allowed: Iterable[str], noun: str) -> tuple[str, ...]:
+        """The asked items the ceiling allows; each other one is reported and left out."""
         allowed_set = set(allowed)
+        kept = []
         for index, item in enumerate(asked):
-            if item not in allowed_set:
+            if item in allowed_set:
+                kept.append(item)
+            else:
                 self.widen(
                     (*path, index),
                     f"{noun} {item!r} is not in the org policy; a repository may only remove {noun}s "
                     f"(org allows: {', '.join(sorted(allowed_set)) or 'none'})",
                 )
+        return tuple(kept)
 
 
 def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
-    """Narrow ``ceiling`` by ``repo``; on any widening attempt return the ceiling and the problems."""
+    """Narrow ``ceiling`` by ``repo``, dropping (and reporting) each widening attempt."""
     if repo is None:
         return Merged(ceiling)
     check = _Checker(repo)
@@ -80,9 +106,7 @@ def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
         gates=_gates(check, ceiling.gates, d.get("gates", ())),
         limits=_limits(check, ceiling.limits, d.get("limits", {})),
     )
-    if check.problems:
-        return Merged(ceiling, tuple(sorted(set(check.problems))))
-    return Merged(effective)
+    return Merged(effective, tuple(sorted(set(check.problems))))
 
 
 def _trigger(check: _Checker, ceiling: Trigger, d: Mapping[str, Any]) -> Trigger:
@@ -94,10 +118,12 @@ def _trigger(check: _Checker, ceiling: Trigger, d: Mapping[str, Any]) -> Trigger
                 ("trigger", "min_permission"),
                 f"{asked} is below the org's {ceiling.min_permission}; a repository may only raise it",
             )
-        permission = asked
-    bots = d.get("allow_bots", ceiling.allow_bots)
-    check.subset(("trigger", "allow_bots"), bots, ceiling.allow_bots, "bot")
-    return Trigger(min_permission=permission, allow_bots=tuple(bots))
+        else:
+            permission = asked
+    bots = check.within(
+        ("trigger", "allow_bots"), d.get("allow_bots", ceiling.allow_bots), ceiling.allow_bots, "bot"
+    )
+    return Trigger(min_permission=permission, allow_bots=bots)
 
 
 def _agents(check: _Checker, ceiling: Mapping[str, Agent], d: Mapping[str, Any] | None) -> dict[str, Agent]:
@@ -119,44 +145,51 @@ def _agents(check: _Checker, ceiling: Mapping[str, Agent], d: Mapping[str, Any] 
     return out
 
 
+_AGENT_SETS = (
+    ("tools", "tool"),
+    ("model_endpoints", "model endpoint"),
+    ("egress", "egress host"),
+    ("env", "env name"),
+)
+
+
 def _agent(check: _Checker, path: Path, base: Agent, d: Mapping[str, Any]) -> Agent:
-    asked = agent_from({"timeout": format_duration(base.timeout), **d})
-    if asked.adapter != base.adapter:
+    """``base`` narrowed by the entry ``d``; every field ``d`` omits is inherited."""
+    if "adapter" in d and d["adapter"] != base.adapter:
         check.widen(
             (*path, "adapter"),
             f"the org runs this agent with {base.adapter!r}; a repository cannot change it",
         )
-    if "command" in d and asked.command != base.command:
-        check.widen((*path, "command"), "differs from the org's command; a repository cannot change it")
-    fields = (
-        ("tools", "tool"),
-        ("model_endpoints", "model endpoint"),
-        ("egress", "egress host"),
-        ("env", "env name"),
-    )
-    for key, noun in fields:
-        if key in d:
-            check.subset((*path, key), d[key], getattr(base, key), noun)
-    if asked.timeout > base.timeout:
+    if "command" in d and tuple(d["command"]) != base.command:
         check.widen(
-            (*path, "timeout"),
-            f"{d['timeout']} is longer than the org's {format_duration(base.timeout)}; "
-            "a repository may only lower it",
+            (*path, "command"),
+            "differs from the org's command; a repository cannot change it"
+            if base.command is not None
+            else f"the org runs this agent without a command (adapter {base.adapter!r}); "
+            "a repository cannot add one",
         )
-    return Agent(
-        adapter=base.adapter,
-        tools=asked.tools,
-        model_endpoints=tuple(d.get("model_endpoints", base.model_endpoints)),
-        egress=tuple(d.get("egress", base.egress)),
-        env=tuple(d.get("env", base.env)),
-        timeout=asked.timeout,
-        command=base.command,
-    )
+    sets = {
+        key: check.within((*path, key), d[key], getattr(base, key), noun) if key in d else getattr(base, key)
+        for key, noun in _AGENT_SETS
+    }
+    timeout = base.timeout
+    if "timeout" in d:
+        asked = parse_duration(d["timeout"])
+        if asked > base.timeout:
+            check.widen(
+                (*path, "timeout"),
+                f"{d['timeout']} is longer than the org's {format_duration(base.timeout)}; "
+                "a repository may only lower it",
+            )
+        else:
+            timeout = asked
+    return Agent(adapter=base.adapter, timeout=timeout, command=base.command, **sets)
 
 
 def _tools(
     check: _Checker, ceiling: Mapping[str, frozenset[Axis]], d: Mapping[str, Any]
 ) -> dict[str, frozenset[Axis]]:
+    """Tags only accumulate: the ceiling's tags stay whatever the repository writes."""
     out = dict(ceiling)
     for name, tags in d.items():
         path: Path = ("tools", name)
@@ -181,28 +214,32 @@ def _tools(
 
 
 def _gates(check: _Checker, ceiling: tuple[Gate, ...], d: Iterable[Mapping[str, Any]]) -> tuple[Gate, ...]:
+    """Org gates stay (their ``run`` unchanged, their timeout at most lowered); new ones are added."""
     by_name = {g.name: i for i, g in enumerate(ceiling)}
     out = list(ceiling)
     for index, entry in enumerate(d):
-        asked = gate_from(entry)
-        at = by_name.get(asked.name)
+        at = by_name.get(entry["name"])
         if at is None:
-            out.append(asked)
+            out.append(gate_from(entry))
             continue
         base = ceiling[at]
-        if asked.run != base.run:
+        if entry["run"] != base.run:
             check.widen(
                 ("gates", index, "run"),
                 f"org gate {base.name!r} runs {base.run!r}; a repository cannot change it",
             )
-        elif asked.timeout > base.timeout:
-            check.widen(
-                ("gates", index, "timeout"),
-                f"is longer than org gate {base.name!r}'s {format_duration(base.timeout)}; "
-                "a repository may only lower it",
-            )
-        else:
-            out[at] = asked
+        timeout = base.timeout
+        if "timeout" in entry:
+            asked = parse_duration(entry["timeout"])
+            if asked > base.timeout:
+                check.widen(
+                    ("gates", index, "timeout"),
+                    f"is longer than org gate {base.name!r}'s {format_duration(base.timeout)}; "
+                    "a repository may only lower it",
+                )
+            else:
+                timeout = asked
+        out[at] = Gate(name=base.name, run=base.run, timeout=timeout)
     return tuple(out)
 
 
@@ -213,5 +250,6 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
         asked = int(d.get(key, base))
         if asked > base:
             check.widen(("limits", key), f"{asked} is above the org's {base}; a repository may only lower it")
+            asked = base
         values[key] = asked
     return Limits(**values)

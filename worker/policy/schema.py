@@ -4,7 +4,8 @@ The runtime validator (_validate.py) interprets this very dict, and the file
 editors use, ``schemas/baton-policy.schema.json``, is generated from it
 (``baton policy schema > schemas/baton-policy.schema.json``); a test
 fails if the two drift. Checks a schema cannot express (duplicate keys, gate
-names, anchors) live in load.py and are listed there.
+names, anchors, and what only an org file must say) live in load.py and are
+listed there.
 
 Patterns end in ``(?![\\s\\S])`` rather than ``$`` because in Python ``$`` also
 matches before a trailing newline; the lookahead means "end of string" in both
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bot.tasks import AGENT_NAME_PATTERN
 from worker.policy.model import SCHEMA_VERSION, Axis, Permission
 
 _END = r"(?![\s\S])"
@@ -26,6 +28,7 @@ def _pattern(body: str, title: str) -> dict[str, Any]:
 
 
 ADAPTERS = ("claude-code", "codex", "gemini", "aider", "goose", "opencode", "script", "command")
+_ARGVLESS = [a for a in ADAPTERS if a != "command"]
 
 _DURATION = _pattern("[1-9][0-9]{0,4}[smh]", "duration like 30m, 10s or 2h")
 _HOST = _pattern(
@@ -34,9 +37,8 @@ _HOST = _pattern(
 )
 _ENV = _pattern("[A-Za-z_][A-Za-z0-9_]{0,127}", "environment variable name like API_KEY")
 _TOOL = _pattern("[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}", "tool name like web_fetch")
-_AGENT = _pattern(
-    "[a-z0-9][a-z0-9._-]{0,49}", "agent name like claude-code (lower case, used in agent:<name>)"
-)
+#: One definition of an agent name, shared with the web side's routing of labels and commands.
+_AGENT = _pattern(AGENT_NAME_PATTERN, "agent name like claude-code (lower case, used in agent:<name>)")
 _BOT = _pattern(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?", "GitHub login like dependabot[bot]")
 
 
@@ -75,7 +77,11 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "additionalProperties": False,
-                "required": ["adapter", "tools"],
+                "description": (
+                    "In the org file, adapter and tools are required, and command with adapter: command "
+                    "(Baton checks this when it loads the org file). In a repository file every field "
+                    "may be left out and is inherited from the org's agent of the same name."
+                ),
                 "properties": {
                     "adapter": {"type": "string", "enum": list(ADAPTERS)},
                     "tools": _set_of(_TOOL),
@@ -90,9 +96,10 @@ SCHEMA: dict[str, Any] = {
                         "items": {"type": "string", "minLength": 1, "maxLength": 4096},
                     },
                 },
-                "if": {"properties": {"adapter": {"const": "command"}}, "required": ["adapter"]},
-                "then": {"required": ["command"]},
-                "else": {"properties": {"command": False}},
+                # Only the command adapter takes an argv. Which fields are required depends on
+                # whose file it is, which a schema cannot see: load.org_policy checks that.
+                "if": {"properties": {"adapter": {"enum": _ARGVLESS}}, "required": ["adapter"]},
+                "then": {"properties": {"command": False}},
             },
         },
         "tools": {

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bot.cli import main
+from worker.policy import MAX_POLICY_BYTES
+
+ROOT = Path(__file__).resolve().parents[3]
 
 ORG = """\
 version: 1
@@ -70,13 +76,29 @@ def test_check_reports_widening_one_line_per_problem(
     )
     assert main(["policy", "check", "--org", org, repo]) == 1
     out = capsys.readouterr()
-    assert out.out == ""
     assert out.err.splitlines() == [
         f"{repo}:5:24: agents.claude-code.tools[1]: tool 'mcp' is not in the org policy; "
         "a repository may only remove tools (org allows: edit_files, read_repo, web_fetch)",
         f"{repo}:6:14: agents.claude-code.egress[0]: egress host 'evil.io' is not in the org policy; "
         "a repository may only remove egress hosts (org allows: none)",
     ]
+    # ...and what would run: the widening items dropped, the narrowing (no web_fetch) kept.
+    assert out.out.startswith("# effective policy, 2 widening attempts dropped (see stderr); sha256 ")
+    assert "tools: [read_repo]" in out.out
+
+
+def test_check_json_on_widening_has_the_problems_and_the_policy_that_would_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    org = _write(tmp_path, "org.yml", ORG)
+    repo = _write(tmp_path, "repo.yml", "version: 1\nlimits: {max_diff_lines: 10}\nagents: {aider: {}}\n")
+    assert main(["policy", "check", "--org", org, repo, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False
+    assert [(p["line"], p["col"]) for p in data["problems"]] == [(3, 10)]
+    assert data["policy"]["limits"]["max_diff_lines"] == 10
+    assert data["policy"]["agents"] == {}
+    assert len(data["policy_sha256"]) == 64
 
 
 def test_check_reports_invalid_org_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,7 +170,13 @@ def test_explain_repo_narrowing_applies(tmp_path: Path, capsys: pytest.CaptureFi
     ("files", "agent", "expected_err"),
     [
         ({}, "ghost", "agent 'ghost' is not in the effective policy"),
-        ({"--policy": "version: 1\nlimits: {max_diff_lines: 999999}\n"}, "claude-code", ":2:26: limits"),
+        (
+            {"--policy": "version: 1\nlimits: {max_diff_lines: 999999}\n"},
+            "claude-code",
+            ":2:26: limits.max_diff_lines: 999999 is above the org's 2000; a repository may only lower it\n"
+            "baton gate explain: the worker drops this and decides on the rest; "
+            "`baton policy check` shows that policy\n",
+        ),
         ({"--org": "version: 1\nagents: [\n"}, "claude-code", ":3:1: YAML syntax"),
     ],
     ids=["unknown-agent", "widening", "bad-yaml"],
@@ -169,3 +197,75 @@ def test_private_and_public_are_exclusive() -> None:
     with pytest.raises(SystemExit) as caught:
         main(["gate", "explain", "--agent", "a", "--private", "--public"])
     assert caught.value.code == 2
+
+
+# --- only regular files, and only so much of them ---------------------------------
+
+
+def _baton(*args: str) -> subprocess.CompletedProcess[str]:
+    """`baton ARGS` in a child with 1 GiB of address space and a deadline, so a regression
+    (reading /dev/zero to the end, waiting on a FIFO for a writer) fails the test instead of
+    hanging the suite or exhausting the machine."""
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+        "from bot.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=20, cwd=ROOT, check=False
+    )
+
+
+def _commands(path: str) -> list[list[str]]:
+    return [
+        ["policy", "check", path],
+        ["policy", "check", "--org", path],
+        ["gate", "explain", "--agent", "claude-code", "--policy", path],
+        ["gate", "explain", "--agent", "claude-code", "--org", path],
+    ]
+
+
+FIX = "give the path of a baton.yml file"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = str(tmp_path / "baton.yml")
+    os.mkfifo(fifo)  # nobody ever writes to it: opening it for reading would wait forever
+    for args in _commands(fifo):
+        done = _baton(*args)
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == f"{fifo}:1:1: not a regular file (a FIFO); {FIX}\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_dev_zero_is_refused_not_read_to_the_end() -> None:
+    for args in _commands("/dev/zero"):
+        done = _baton(*args)
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == f"/dev/zero:1:1: not a regular file (a character device); {FIX}\n"
+
+
+def test_a_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args in _commands(str(tmp_path)):
+        assert main(args) == 1
+        out = capsys.readouterr()
+        assert (out.out, out.err) == ("", f"{tmp_path}:1:1: not a regular file (a directory); {FIX}\n")
+
+
+def test_a_file_one_byte_over_the_limit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = "version: 1\n"
+    at_limit = _write(tmp_path, "at.yml", head + "#" * (MAX_POLICY_BYTES - len(head) - 1) + "\n")
+    assert main(["policy", "check", at_limit]) == 0
+    capsys.readouterr()
+    over = _write(tmp_path, "over.yml", head + "#" * (MAX_POLICY_BYTES - len(head)) + "\n")
+    assert os.path.getsize(over) == MAX_POLICY_BYTES + 1
+    for args in _commands(over):
+        assert main(args) == 1
+        out = capsys.readouterr()
+        assert out.out == ""
+        assert out.err == (
+            f"{over}:1:1: file is larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be; "
+            "shorten it\n"
+        )

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.policy import INVALID, PolicyError, parse
+from worker.policy import INVALID, PolicyError, merge, org_policy, parse
 from worker.policy._yaml import MAX_BYTES
 
 GOOD = """\
@@ -60,6 +60,7 @@ CASES = [
     ("dup-list-item", GOOD + "    env: [A, B, A]\n", 6, 17, "agents.claude-code.env[2]: duplicate 'A'"),
     ("bad-agent-name", "version: 1\nagents:\n  Bad Name: {adapter: codex, tools: []}\n", 3, 3, "agent name"),
     ("missing-adapter", "version: 1\nagents:\n  a:\n    tools: []\n", 4, 5, "missing required key 'adapter'"),
+    ("missing-tools", "version: 1\nagents:\n  a: {adapter: codex}\n", 3, 6, "missing required key 'tools'"),
     (
         "unknown-adapter",
         "version: 1\nagents:\n  a: {adapter: cursor, tools: []}\n",
@@ -87,13 +88,38 @@ CASES = [
 @pytest.mark.parametrize(("text", "line", "col", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_invalid_file_names_line_column_and_fix(text: str, line: int, col: int, words: str) -> None:
     with pytest.raises(PolicyError) as caught:
-        parse(text, "org/baton.yml")
+        org_policy(parse(text, "org/baton.yml"))
     error = caught.value
     assert error.code == INVALID
     first = error.problems[0]
     assert (first.file, first.line, first.col) == ("org/baton.yml", line, col), str(error)
     assert words in first.message
     assert str(error).startswith(f"org/baton.yml:{line}:{col}: ")
+
+
+ORG_ONLY = ["missing-adapter", "missing-tools", "command-needs-argv"]
+
+
+@pytest.mark.parametrize("text", [c[1] for c in CASES if c[0] in ORG_ONLY], ids=ORG_ONLY)
+def test_what_only_an_org_file_must_say_a_repo_file_may_leave_out(text: str) -> None:
+    """An org file defines each agent in full; a repository's entry inherits what it omits."""
+    org = org_policy(
+        parse("version: 1\nagents:\n  a: {adapter: command, tools: [x], command: [./a]}\n", "org.yml")
+    )
+    merged = merge(org, parse(text, ".github/baton.yml"))
+    assert merged.ok or all("cannot change it" in p.message for p in merged.problems), merged.problems
+
+
+def test_org_file_reports_every_missing_key_at_once() -> None:
+    with pytest.raises(PolicyError) as caught:
+        org_policy(parse("version: 1\nagents:\n  a: {}\n  b: {adapter: command}\n", "org.yml"))
+    assert caught.value.code == INVALID
+    assert [str(p) for p in caught.value.problems] == [
+        "org.yml:3:6: agents.a: missing required key 'adapter' (an org file defines each agent in full)",
+        "org.yml:3:6: agents.a: missing required key 'tools' (an org file defines each agent in full)",
+        "org.yml:4:6: agents.b: missing required key 'command' (an org file defines each agent in full)",
+        "org.yml:4:6: agents.b: missing required key 'tools' (an org file defines each agent in full)",
+    ]
 
 
 def test_every_schema_problem_is_reported_at_once() -> None:
@@ -151,7 +177,7 @@ def test_valid_file_parses() -> None:
 def test_any_input_either_parses_or_is_a_located_policy_error(data: str | bytes) -> None:
     """Hostile files never crash the loader with anything but a PolicyError."""
     try:
-        parse(data, "fuzz.yml")
+        org_policy(parse(data, "fuzz.yml"))
     except PolicyError as exc:
         problems = exc.problems
     else:

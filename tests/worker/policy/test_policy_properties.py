@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from typing import Any
@@ -19,6 +20,7 @@ from worker.policy import (
     Decision,
     Gate,
     Limits,
+    Merged,
     Permission,
     Policy,
     TaskFacts,
@@ -29,7 +31,7 @@ from worker.policy import (
     org_policy,
     parse,
 )
-from worker.policy.model import format_duration
+from worker.policy.model import format_duration, parse_duration
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALL = frozenset(Axis)
@@ -47,14 +49,27 @@ def _subset(pool: list[str]) -> st.SearchStrategy[tuple[str, ...]]:
 
 
 _tags = st.frozensets(st.sampled_from(list(Axis)))
-_agent = st.builds(
-    Agent,
-    adapter=st.sampled_from(["claude-code", "codex", "script"]),
-    tools=st.lists(st.sampled_from(TOOLS), unique=True, max_size=10).map(tuple),
-    model_endpoints=_subset(ENDPOINTS),
-    egress=_subset(HOSTS),
-    env=_subset(ENV),
-    timeout=st.sampled_from([60, 600, 1800, 7200]),
+_tool_names = st.lists(st.sampled_from(TOOLS), unique=True, max_size=10).map(tuple)
+_timeouts = st.sampled_from([60, 600, 1800, 7200])
+_agent = st.one_of(
+    st.builds(
+        Agent,
+        adapter=st.sampled_from(["claude-code", "codex", "script"]),
+        tools=_tool_names,
+        model_endpoints=_subset(ENDPOINTS),
+        egress=_subset(HOSTS),
+        env=_subset(ENV),
+        timeout=_timeouts,
+    ),
+    st.builds(
+        Agent,
+        adapter=st.just("command"),
+        tools=_tool_names,
+        egress=_subset(HOSTS),
+        env=_subset(ENV),
+        timeout=_timeouts,
+        command=st.sampled_from([("./run",), ("./run", "{prompt_file}")]),
+    ),
 )
 policies = st.builds(
     Policy,
@@ -63,7 +78,8 @@ policies = st.builds(
     tools=st.dictionaries(st.sampled_from([*CUSTOM, "web_fetch", "read_repo"]), _tags, max_size=3),
     protected_paths=_subset(["src/**", "docs/**"]).map(lambda p: (*ALWAYS_PROTECTED, *p)),
     gates=st.lists(
-        st.builds(Gate, name=st.sampled_from(["tests", "lint"]), run=st.just("make")), max_size=1
+        st.builds(Gate, name=st.sampled_from(["tests", "lint"]), run=st.just("make"), timeout=_timeouts),
+        max_size=1,
     ).map(tuple),
     limits=st.builds(Limits, max_concurrent_runs=st.integers(1, 8), max_diff_lines=st.integers(1, 5000)),
 )
@@ -83,10 +99,38 @@ def _sub(draw: st.DrawFn, items: tuple[str, ...]) -> list[str]:
     return [x for x in items if draw(st.booleans())]
 
 
+def _narrow_agent(draw: st.DrawFn, agent: Agent) -> dict[str, Any]:
+    """An agent entry that narrows ``agent``, restating the org's definition only sometimes."""
+    entry: dict[str, Any] = {}
+    if draw(st.booleans()):
+        entry["adapter"] = agent.adapter
+    if agent.command is not None and draw(st.booleans()):
+        entry["command"] = list(agent.command)
+    if draw(st.integers(0, 3)) > 0:
+        entry["tools"] = _sub(draw, agent.tools)
+    for key in ("egress", "env", "model_endpoints"):
+        if draw(st.booleans()):
+            entry[key] = _sub(draw, getattr(agent, key))
+    if draw(st.booleans()):
+        entry["timeout"] = format_duration(draw(st.sampled_from([30, agent.timeout])))
+    return entry
+
+
+@dataclasses.dataclass(frozen=True)
+class RepoFile:
+    """A repository baton.yml as data, and (when it widens) the same data without the widening."""
+
+    data: dict[str, Any]
+    without_widening: dict[str, Any] | None
+
+    @property
+    def text(self) -> str:
+        return yaml.safe_dump(self.data, sort_keys=False)
+
+
 @st.composite
-def repo_files(draw: st.DrawFn, ceiling: Policy) -> str:
-    """A repository baton.yml, as text: a random narrowing of ``ceiling``, one time in four
-    with a single widening attempt of a random kind."""
+def repo_files(draw: st.DrawFn, ceiling: Policy) -> RepoFile:
+    """A random narrowing of ``ceiling``, about half the time with one widening attempt too."""
     data: dict[str, Any] = {"version": 1}
     ranks = [p for p in Permission if p.rank >= ceiling.trigger.min_permission.rank]
     if draw(st.booleans()):
@@ -99,13 +143,7 @@ def repo_files(draw: st.DrawFn, ceiling: Policy) -> str:
         for name, agent in ceiling.agents.items():
             if draw(st.integers(0, 3)) == 3:  # Hypothesis favours 0; removals should be the exception
                 continue
-            entry: dict[str, Any] = {"adapter": agent.adapter, "tools": _sub(draw, agent.tools)}
-            for key in ("egress", "env", "model_endpoints"):
-                if draw(st.booleans()):
-                    entry[key] = _sub(draw, getattr(agent, key))
-            if draw(st.booleans()):
-                entry["timeout"] = format_duration(draw(st.sampled_from([30, agent.timeout])))
-            agents[name] = entry
+            agents[name] = _narrow_agent(draw, agent)
         data["agents"] = agents
     if draw(st.booleans()):
         known = [n for n in [*CUSTOM, "web_fetch"] if n in ceiling.tools or n in CATALOGUE]
@@ -114,50 +152,92 @@ def repo_files(draw: st.DrawFn, ceiling: Policy) -> str:
             n: sorted(str(a) for a in ceiling.tools.get(n, frozenset()) | draw(_tags)) for n in names
         }
     if draw(st.booleans()):
+        gates = [
+            {"name": g.name, "run": g.run, "timeout": format_duration(draw(st.sampled_from([30, g.timeout])))}
+            for g in ceiling.gates
+            if draw(st.booleans())
+        ]
+        data["gates"] = [*gates, *([{"name": "extra", "run": "make extra"}] if draw(st.booleans()) else [])]
+    if draw(st.booleans()):
         data["limits"] = {"max_diff_lines": draw(st.integers(1, ceiling.limits.max_diff_lines))}
-    if draw(st.integers(0, 3)) == 3:
-        _widen(draw, ceiling, data)
-    return yaml.safe_dump(data, sort_keys=False)
+    without = _widen(draw, ceiling, data) if draw(st.booleans()) else None
+    return RepoFile(data, without)
 
 
-def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> None:
-    kind = draw(st.sampled_from(["agent", "tool", "host", "env", "bot", "limit", "tag", "timeout"]))
+def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> dict[str, Any]:
+    """Add one widening attempt of a random kind to ``data``; return ``data`` as it was without it."""
+    kind = draw(st.sampled_from(["agent", "bot", "limit", "tag", "gate", *_AGENT_WIDENINGS]))
     name = sorted(ceiling.agents)[0]
-    agent = ceiling.agents[name]
-    entry = data.setdefault("agents", {}).setdefault(
-        name, {"adapter": agent.adapter, "tools": list(agent.tools)}
-    )
-    if kind == "agent":
+    entry = data.setdefault("agents", {}).setdefault(name, {})  # a bare entry inherits everything
+    without = copy.deepcopy(data)
+    if kind in _AGENT_WIDENINGS:
+        _widen_agent(draw, kind, ceiling.agents[name], entry, without["agents"][name])
+    elif kind == "agent":
         data["agents"]["delta"] = {"adapter": "codex", "tools": []}
-    elif kind in ("tool", "host", "env"):
+    elif kind == "bot":
+        trigger = data.setdefault("trigger", {})
+        trigger["allow_bots"] = [*trigger.get("allow_bots", ceiling.trigger.allow_bots), "evil-bot"]
+    elif kind == "limit":
+        data.setdefault("limits", {})["max_diff_lines"] = ceiling.limits.max_diff_lines + 1
+        without.get("limits", {}).pop("max_diff_lines", None)
+    elif kind == "tag":
+        tagged = [n for n, tags in ceiling.tools.items() if tags]
+        if tagged and draw(st.booleans()):
+            tool = draw(st.sampled_from(tagged))
+            data.setdefault("tools", {})[tool] = []
+            without.setdefault("tools", {})[tool] = sorted(str(a) for a in ceiling.tools[tool])
+        else:
+            data.setdefault("tools", {})["mystery"] = []  # declared nowhere: a repo cannot declare it
+    elif ceiling.gates:
+        gate = ceiling.gates[0]
+        others = [g for g in data.get("gates", []) if g["name"] != gate.name]
+        mine = [g for g in data.get("gates", []) if g["name"] == gate.name] or [{"name": gate.name}]
+        data["gates"] = [*others, {**mine[0], "run": "true"}]
+    return without
+
+
+_AGENT_WIDENINGS = ("tool", "host", "env", "timeout", "adapter", "command")
+
+
+def _widen_agent(
+    draw: st.DrawFn, kind: str, agent: Agent, entry: dict[str, Any], without: dict[str, Any]
+) -> None:
+    if kind in ("tool", "host", "env"):
         key, pool = {"tool": ("tools", TOOLS), "host": ("egress", HOSTS), "env": ("env", ENV)}[kind]
-        have = entry.get(key, list(getattr(agent, key)))
         extra = [x for x in pool if x not in getattr(agent, key)]
         if extra:
-            entry[key] = [*have, draw(st.sampled_from(extra))]
-    elif kind == "bot":
-        data["trigger"] = {"allow_bots": [b for b in BOTS if b not in ceiling.trigger.allow_bots][:1]}
-    elif kind == "limit":
-        data["limits"] = {"max_diff_lines": ceiling.limits.max_diff_lines + 1}
-    elif kind == "tag":
-        data["tools"] = {"mystery": []}
-    else:
+            entry[key] = [*entry.get(key, getattr(agent, key)), draw(st.sampled_from(extra))]
+    elif kind == "timeout":
         entry["timeout"] = format_duration(agent.timeout * 2)
+        without.pop("timeout", None)
+    elif kind == "adapter":
+        entry.pop("command", None)
+        entry["adapter"] = draw(st.sampled_from([a for a in ("codex", "script") if a != agent.adapter]))
+    else:
+        if agent.command is None:
+            entry.pop("adapter", None)  # with a non-command adapter the file would be invalid
+        entry["command"] = [*(agent.command or ("sh",)), "--evil"]
 
 
-def _merged_case(data: st.DataObject) -> tuple[Policy, Policy, bool]:
+@dataclasses.dataclass(frozen=True)
+class Case:
+    ceiling: Policy
+    repo: RepoFile
+    merged: Merged
+
+
+def _merged_case(data: st.DataObject) -> Case:
     ceiling = data.draw(policies)
-    merged = merge(ceiling, parse(data.draw(repo_files(ceiling)), ".github/baton.yml"))
-    return ceiling, merged.policy, merged.ok
+    repo = data.draw(repo_files(ceiling))
+    return Case(ceiling, repo, merge(ceiling, parse(repo.text, ".github/baton.yml")))
 
 
 @SETTINGS
 @given(st.data())
 def test_effective_policy_never_exceeds_the_ceiling(data: st.DataObject) -> None:
-    ceiling, eff, ok = _merged_case(data)
-    event("widening refused" if not ok else "narrowed")
-    if not ok:
-        assert eff == ceiling
+    case = _merged_case(data)
+    ceiling, eff = case.ceiling, case.merged.policy
+    event("widening dropped" if not case.merged.ok else "narrowed")
     assert eff.trigger.min_permission.rank >= ceiling.trigger.min_permission.rank
     assert set(eff.trigger.allow_bots) <= set(ceiling.trigger.allow_bots)
     assert set(eff.agents) <= set(ceiling.agents)
@@ -170,6 +250,7 @@ def test_effective_policy_never_exceeds_the_ceiling(data: st.DataObject) -> None
         assert agent.timeout <= base.timeout
     for tool, tags in ceiling.tools.items():
         assert eff.tools[tool] >= tags
+    assert set(eff.tools) <= set(ceiling.tools) | set(CATALOGUE)
     assert set(eff.protected_paths) >= set(ceiling.protected_paths)
     for base_gate, gate in zip(ceiling.gates, eff.gates, strict=False):
         assert (gate.name, gate.run) == (base_gate.name, base_gate.run)
@@ -181,8 +262,74 @@ def test_effective_policy_never_exceeds_the_ceiling(data: st.DataObject) -> None
 
 @SETTINGS
 @given(st.data())
+def test_effective_policy_never_exceeds_what_the_repo_validly_asked(data: st.DataObject) -> None:
+    """Each thing the repo asked that is within the ceiling is honoured (a widening elsewhere
+    in the file does not undo it): the result is never wider than the repo's own request."""
+    case = _merged_case(data)
+    ceiling, asked, eff = case.ceiling, case.repo.data, case.merged.policy
+    trigger = asked.get("trigger", {})
+    if "min_permission" in trigger:
+        wanted = Permission(trigger["min_permission"])
+        if wanted.rank >= ceiling.trigger.min_permission.rank:
+            assert eff.trigger.min_permission.rank >= wanted.rank
+    if "allow_bots" in trigger:
+        assert set(eff.trigger.allow_bots) <= set(trigger["allow_bots"])
+    if "agents" in asked:
+        assert set(eff.agents) <= set(asked["agents"])
+        for name, agent in eff.agents.items():
+            _agent_within_ask(agent, ceiling.agents[name], asked["agents"][name])
+    for tool, tags in asked.get("tools", {}).items():
+        if tool in ceiling.tools or tool in CATALOGUE:
+            assert eff.tools[tool] >= {Axis(t) for t in tags}
+    assert set(eff.protected_paths) >= set(asked.get("paths", {}).get("protected", ()))
+    _gates_within_ask(eff.gates, ceiling.gates, asked.get("gates", ()))
+    for key, value in asked.get("limits", {}).items():
+        if value <= getattr(ceiling.limits, key):
+            assert getattr(eff.limits, key) <= value
+
+
+def _agent_within_ask(agent: Agent, base: Agent, entry: dict[str, Any]) -> None:
+    for key in ("tools", "model_endpoints", "egress", "env"):
+        if key in entry:
+            assert set(getattr(agent, key)) <= set(entry[key]), key
+    if "timeout" in entry and parse_duration(entry["timeout"]) <= base.timeout:
+        assert agent.timeout <= parse_duration(entry["timeout"])
+
+
+def _gates_within_ask(eff: tuple[Gate, ...], ceiling: tuple[Gate, ...], asked: list[dict[str, Any]]) -> None:
+    by_name = {g.name: g for g in eff}
+    org_gates = {g.name: g for g in ceiling}
+    for gate in asked:
+        timeout = parse_duration(gate.get("timeout", "10m"))
+        got = by_name[gate["name"]]
+        base = org_gates.get(gate["name"])
+        if base is None:
+            assert (got.run, got.timeout) == (gate["run"], timeout)
+        elif "timeout" in gate and timeout <= base.timeout:
+            assert got.timeout <= timeout
+
+
+@SETTINGS
+@given(st.data())
+def test_a_widening_costs_exactly_itself(data: st.DataObject) -> None:
+    """The file with a widening runs exactly as the file without it would, plus a located problem."""
+    case = _merged_case(data)
+    without = case.repo.without_widening
+    if without is None:
+        assert case.merged.ok, case.merged.problems
+        return
+    clean = merge(case.ceiling, parse(yaml.safe_dump(without, sort_keys=False), ".github/baton.yml"))
+    assert clean.ok, clean.problems
+    assert case.merged.policy == clean.policy
+    event("widening reported" if case.merged.problems else "widening was a no-op")
+    assert all(p.file == ".github/baton.yml" and p.line >= 1 for p in case.merged.problems)
+
+
+@SETTINGS
+@given(st.data())
 def test_a_repo_turns_deny_into_allow_only_by_removing_a_leg(data: st.DataObject) -> None:
-    ceiling, eff, _ = _merged_case(data)
+    case = _merged_case(data)
+    ceiling, eff = case.ceiling, case.merged.policy
     facts = data.draw(_facts(eff)) if eff.agents else None
     if facts is None:
         return

@@ -12,7 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.policy import SCHEMA, PolicyError, parse, schema_text
+from bot.tasks import AGENT_NAME_PATTERN
+from worker.policy import SCHEMA, PolicyError, org_policy, parse, schema_text
 from worker.policy._validate import ANNOTATIONS, SUPPORTED, validate
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "schemas" / "baton-policy.schema.json"
@@ -68,8 +69,6 @@ INVALID = [
     "version: 1\ntrigger: {min_permission: triage}\n",
     "version: 1\ntrigger: {allow_bots: [a, a]}\n",
     "version: 1\nagents: {Upper: {adapter: codex, tools: []}}\n",
-    "version: 1\nagents: {a: {adapter: codex}}\n",
-    "version: 1\nagents: {a: {adapter: command, tools: []}}\n",
     "version: 1\nagents: {a: {adapter: codex, tools: [], command: [x]}}\n",
     "version: 1\nagents: {a: {adapter: codex, tools: [], timeout: 0m}}\n",
     "version: 1\nagents: {a: {adapter: codex, tools: [], egress: [Example.com]}}\n",
@@ -80,6 +79,16 @@ INVALID = [
     "version: 1\nlimits: {max_diff_lines: 1.5}\n",
     "version: 1\nlimits: {max_concurrent_runs: true}\n",
     "version: 1\nlimits: {max_concurrent_runs: 65}\n",
+]
+
+
+#: Valid in a repository file (an omitted agent field is inherited); an org file must say them.
+REPO_ONLY = [
+    "version: 1\nagents: {a: {adapter: codex}}\n",
+    "version: 1\nagents: {a: {adapter: command, tools: []}}\n",
+    "version: 1\nagents: {a: {}}\n",
+    "version: 1\nagents: {a: {tools: [read_repo]}}\n",
+    "version: 1\nagents: {a: {command: [./run]}}\n",
 ]
 
 
@@ -102,6 +111,25 @@ def test_invalid_fixtures_fail_both_validators_and_load(text: str) -> None:
     assert not _ours_valid(data)
     with pytest.raises(PolicyError):
         parse(text, "f.yml")
+
+
+@pytest.mark.parametrize("text", REPO_ONLY)
+def test_repo_only_fixtures_pass_both_validators_and_the_org_loader_refuses_them(text: str) -> None:
+    data = yaml.safe_load(text)
+    assert REFERENCE.is_valid(data)
+    assert _ours_valid(data)
+    doc = parse(text, "f.yml")
+    with pytest.raises(PolicyError, match="an org file defines each agent in full"):
+        org_policy(doc)
+
+
+def test_agent_names_use_the_one_pattern_the_web_side_routes_by() -> None:
+    """bot.tasks.AGENT_NAME_PATTERN is the single definition; the schema is built from it."""
+    pattern = SCHEMA["properties"]["agents"]["propertyNames"]["pattern"]
+    assert pattern == f"^{AGENT_NAME_PATTERN}(?![\\s\\S])"
+    package = Path(__file__).resolve().parents[3] / "worker" / "policy"
+    defining = [f.name for f in package.glob("*.py") if "[a-z0-9._-]" in f.read_text(encoding="utf-8")]
+    assert defining == [], f"define agent names in bot/tasks.py only, not in {defining}"
 
 
 # --- random documents, mostly near-valid so both verdicts are common -------------
@@ -132,11 +160,10 @@ _HOST = st.sampled_from(["api.anthropic.com", "pypi.org", "a-b.c"])
 _ENV = st.sampled_from(["ANTHROPIC_API_KEY", "GITHUB_TOKEN", "_x"])
 _DURATION = st.sampled_from(["30m", "10s", "2h", "99999h"])
 _AGENT = st.fixed_dictionaries(
-    {
+    {},
+    optional={
         "adapter": _maybe(st.sampled_from(["claude-code", "codex", "command", "script"])),
         "tools": _listof(_TOOL),
-    },
-    optional={
         "model_endpoints": _listof(_HOST),
         "egress": _listof(_HOST),
         "env": _listof(_ENV),

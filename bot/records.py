@@ -1,0 +1,26 @@
+"""Where a task's record lives in Redis: the names both sides write.
+
+The web side writes a task's first state (``queued``) in the same script that
+stores its job, so the record is true from the moment GitHub gets its 2xx; the
+worker (``worker.lifecycle``) owns every move after that. Both use these names,
+and only these.
+"""
+
+from __future__ import annotations
+
+#: The task's record: a hash with ``state``, ``detail``, ``updated_at`` and the fields moves add.
+TASK_PREFIX = "baton:task:"
+#: + state name: a sorted set of task ids, scored by the time they reached that state.
+REGISTRY_PREFIX = "baton:tasks:"
+#: Appended to a record's key: its list of moves, newest last, at most HISTORY_LIMIT long.
+HISTORY_SUFFIX = ":history"
+HISTORY_LIMIT = 100
+RECORD_TTL_S = 30 * 24 * 3600
+#: The first state of every task, written by the enqueue script.
+QUEUED = "queued"
+
+#: Counters the worker keeps for `/metrics` (a hash: field -> count); `baton serve` renders them.
+COUNTERS_KEY = "baton:counters"
+#: Publications (status comments, check-run completions) not yet on GitHub: a sorted set of
+#: task ids scored by the time of their next attempt. Its size is a gauge in `/metrics`.
+OUTBOX_KEY = "baton:outbox"

@@ -1,0 +1,129 @@
+"""Every GitHub call is bounded in time, the installation-token exchange included.
+
+The GitHub here is frozen: a loopback TCP server that accepts every connection and never
+answers a byte. Each call must fail with a GitHubError within the bound that the configured
+timeout and the retry policy give, and never wait for RQ's job timeout.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+import httpx
+import pytest
+import redis
+
+from emulator import world
+from worker.github import api
+from worker.github.client import AppCredentials, GitHubApp, GitHubError
+from worker.github.retry import RetryPolicy
+
+#: Seconds, for each of connect, write, read and pool: a frozen call costs one read timeout.
+TIMEOUT = 0.5
+POLICY = RetryPolicy(max_retries=2, base_delay=0.05, max_delay=0.1, max_wait=1.0)
+#: An installation call may make two requests per attempt (the token exchange, then the call),
+#: each bounded by connect + write + read + pool.
+BOUND = POLICY.worst_case_seconds(2 * 4 * TIMEOUT)
+
+
+class FrozenGitHub:
+    """Accepts connections and holds them, silent, until closed (at most ``lifetime`` seconds)."""
+
+    def __init__(self, lifetime: float = 60.0) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._deadline = time.monotonic() + lifetime
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set() and time.monotonic() < self._deadline:
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self._held.append(conn)
+            self.accepted += 1
+
+    def __enter__(self) -> FrozenGitHub:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in self._held:
+            conn.close()
+        self._listener.close()
+
+
+def bounded(call: Callable[[], object], limit: float) -> tuple[BaseException | None, float]:
+    """Run ``call`` in a thread; fail the test if it is still waiting after ``limit`` seconds."""
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        started = time.monotonic()
+        try:
+            call()
+        except BaseException as exc:
+            outcome["error"] = exc
+        outcome["elapsed"] = time.monotonic() - started
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        pytest.fail(f"the call was still waiting for GitHub after {limit:.1f} s")
+    error = outcome.get("error")
+    assert error is None or isinstance(error, BaseException)
+    elapsed = outcome["elapsed"]
+    assert isinstance(elapsed, float)
+    return error, elapsed
+
+
+def frozen_app(url: str, rdb: redis.Redis) -> GitHubApp:
+    private_key, _ = world.keypair()
+    return GitHubApp(AppCredentials("1001", private_key, url), rdb, timeout=TIMEOUT, retry=POLICY)
+
+
+def assert_timed_out(error: BaseException | None, elapsed: float, frozen: FrozenGitHub, path: str) -> None:
+    assert isinstance(error, GitHubError), repr(error)
+    assert error.code == "github-call-failed"
+    assert path in error.message
+    assert "Timeout" in error.message
+    assert "\n" not in error.message
+    assert (error.status, error.retry_after) == (None, None)
+    attempts = POLICY.max_retries + 1
+    assert frozen.accepted == attempts  # each attempt was cut off by the read timeout, then retried
+    assert attempts * TIMEOUT * 0.9 <= elapsed < BOUND
+
+
+def test_the_installation_token_exchange_times_out(rdb: redis.Redis) -> None:
+    with FrozenGitHub() as frozen:
+        app = frozen_app(frozen.url, rdb)
+        client = app.for_repository(1008, world.REPO, "read")
+        error, elapsed = bounded(lambda: api.repo_head(client, world.REPO), BOUND)
+    assert_timed_out(error, elapsed, frozen, "/app/installations/1008/access_tokens")
+    assert app.worst_case_seconds() == BOUND  # what job timeouts can be derived from
+
+
+def test_an_app_jwt_call_times_out(rdb: redis.Redis) -> None:
+    with FrozenGitHub() as frozen:
+        app = frozen_app(frozen.url, rdb)
+        error, elapsed = bounded(lambda: api.request(app.app, "GET", "/app/installations"), BOUND)
+    assert_timed_out(error, elapsed, frozen, "/app/installations")
+
+
+def test_every_client_needs_a_finite_timeout(rdb: redis.Redis) -> None:
+    private_key, _ = world.keypair()
+    with pytest.raises(ValueError, match="timeout"):
+        GitHubApp(AppCredentials("1", private_key), rdb, timeout=httpx.Timeout(5.0, read=None))

@@ -1,0 +1,159 @@
+"""Putting one task's outcome on GitHub: its check runs completed, its issue's status comment.
+
+A ``Publication`` is plain data, stored with the task's terminal state (see
+``worker.lifecycle.move``), so it can be attempted again by any worker until
+GitHub has it (``worker.outbox``). Performing it is idempotent: completing a
+check run twice says the same thing twice, and the status comment is edited in
+place.
+
+One status comment per issue, updated in order. Tasks for one issue run on
+different queues at once; each would otherwise find-then-create or edit the
+comment with no ordering, making two comments or letting an older task
+overwrite a newer state. So each issue has a record in Redis (the comment's id,
+and the ``received_at`` and id of the task that last wrote it), changed only by
+the holder of a short per-issue lock: a task older than the last writer writes
+nothing, and only the lock holder ever creates the comment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+import redis
+from githubkit import GitHub
+
+from bot.errors import BatonError
+from worker.github import api
+from worker.github.client import GitHubApp
+from worker.github.limits import Output
+from worker.status import is_status_comment
+
+ISSUE_PREFIX = "baton:issue:"  # + repo id : issue number -> hash {comment_id, received_at, task_id}
+LOCK_PREFIX = "baton:issue-lock:"
+#: Longer than one comment write can take (a GitHub call with its bounded retries), so a lock
+#: never lapses under a live writer; a dead writer's lock lapses by itself.
+LOCK_MS = 300_000
+ISSUE_TTL_S = 90 * 24 * 3600
+
+
+class Busy(BatonError):
+    """Another task is writing this issue's status comment right now; try again shortly."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRunEnd:
+    """A check run to complete: its id, conclusion and output."""
+
+    check_run_id: int
+    conclusion: str
+    title: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    task_id: str
+    received_at: str
+    installation_id: int
+    full_name: str
+    repo_id: int
+    number: int | None = None
+    comment: str | None = None  # the rendered status comment for issue ``number``
+    check_runs: Sequence[CheckRunEnd] = field(default_factory=tuple)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Publication:
+        data: dict[str, Any] = orjson.loads(raw)
+        runs = tuple(CheckRunEnd(**r) for r in data.pop("check_runs", ()))
+        return cls(**data, check_runs=runs)
+
+    @property
+    def empty(self) -> bool:
+        return self.comment is None and not self.check_runs
+
+
+def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | None) -> str:
+    """Do everything ``pub`` says; raise GitHubError or Busy to be tried again. Returns what was done."""
+    done: list[str] = []
+    if pub.check_runs:
+        gh = app.for_repository(pub.installation_id, pub.full_name, "report")
+        for run in pub.check_runs:
+            api.complete_check_run(gh, pub.full_name, run.check_run_id, conclusion=run.conclusion,
+                                   output=Output(run.title, run.summary), details_url=None)  # fmt: skip
+            done.append(f"check run {run.check_run_id} {run.conclusion}")
+    if pub.comment is not None and pub.number is not None:
+        gh = app.for_repository(pub.installation_id, pub.full_name, "report")
+        done.append(write_status(gh, cache, pub, app_id))
+    return "; ".join(done) or "nothing to publish"
+
+
+def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: int | None) -> str:
+    """Write the issue's status comment if ``pub``'s task is the newest that has written it."""
+    if pub.comment is None or pub.number is None:
+        return "no status comment"
+    issue = f"{ISSUE_PREFIX}{pub.repo_id}:{pub.number}"
+    lock = f"{LOCK_PREFIX}{pub.repo_id}:{pub.number}"
+    token = secrets.token_hex(8)
+    if not cache.set(lock, token, nx=True, px=LOCK_MS):
+        raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
+    try:
+        record = {_text(k): _text(v) for k, v in cache.hgetall(issue).items()}
+        mine = (pub.received_at, pub.task_id)
+        theirs = (record.get("received_at", ""), record.get("task_id", ""))
+        if theirs > mine:
+            return f"status comment left to newer task {theirs[1]}"
+        digest = hashlib.sha256(pub.comment.encode()).hexdigest()
+        comment_id = int(record["comment_id"]) if record.get("comment_id") else None
+        if comment_id is not None and theirs == mine and record.get("body_sha256") == digest:
+            return f"status comment {comment_id} (already written)"
+        comment_id = _write(gh, pub, comment_id, app_id)
+        if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
+            raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
+        cache.hset(issue, mapping={"comment_id": str(comment_id), "received_at": pub.received_at,
+                                   "task_id": pub.task_id, "body_sha256": digest})  # fmt: skip
+        cache.expire(issue, ISSUE_TTL_S)
+        return f"status comment {comment_id}"
+    finally:
+        _release(cache, lock, token)
+
+
+def _write(gh: GitHub[Any], pub: Publication, comment_id: int | None, app_id: int | None) -> int:
+    body, number = pub.comment or "", pub.number or 0
+    if comment_id is not None and api.edit_comment(gh, pub.full_name, comment_id, body):
+        return comment_id
+    # Gone (deleted by someone), or never known: find it again or create it.
+
+    def ours(comment: dict[str, Any]) -> bool:
+        via = comment.get("performed_via_github_app")
+        return is_status_comment(comment.get("body")) and isinstance(via, dict) and via.get("id") == app_id
+
+    # No id on record (a new issue, or Redis lost it): look before creating, so a comment whose
+    # creation answer was lost is found again instead of duplicated.
+    return api.upsert_comment(gh, pub.full_name, number, body, ours)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
+    held = cache.get(lock)
+    return isinstance(held, bytes) and held.decode() == token
+
+
+def _release(cache: redis.Redis, lock: str, token: str) -> None:
+    cache.register_script(_RELEASE)(keys=[lock], args=[token])

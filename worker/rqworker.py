@@ -1,0 +1,144 @@
+"""RQ's forking worker, plus what Baton needs when processes die.
+
+RQ alone notices a dead worker late: a job process killed by SIGKILL (as the
+OOM killer does) is marked failed without its failure callback, and when the
+whole worker dies its started jobs are failed only after the heartbeat TTL
+plus the next registry cleanup (~815 s measured). Baton's worker closes both
+gaps:
+
+- a job process that dies is ended at once through ``jobs.end_abnormally``
+  (``handle_work_horse_killed``), and it is killed if its worker dies
+  (``PR_SET_PDEATHSIG``), so no orphan keeps working on an ended task;
+- every running task holds a lease (``lifecycle.LEASES``), renewed by the
+  worker that runs it while it monitors the job; every worker, busy or idle,
+  sweeps for leases that ran out and ends those tasks, so a dead worker's task
+  is terminal within ``LEASE_S`` plus one sweep;
+- idle workers drain the publishing outbox (``worker.outbox``).
+
+The sweep during a job touches only Redis, so a slow GitHub can never delay a
+lease renewal into a false "worker lost".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from rq import Worker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from rq.utils import now
+
+from bot.errors import BatonError
+from worker import context, jobs, lifecycle, outbox
+from worker.context import Context
+from worker.publish import Publication, perform
+
+log = logging.getLogger("baton.worker")
+
+#: How often a busy worker renews its job's lease (and sweeps), and an idle one wakes up.
+RENEW_EVERY_S = 5
+#: RQ's "worker is alive" key lives this long; its dequeue wait is 15 s shorter (so: 5 s).
+WORKER_TTL_S = 20
+#: RQ's own registry cleanup (its default interval).
+RQ_CLEAN_EVERY_S = 600.0
+
+
+class BatonWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("job_monitoring_interval", RENEW_EVERY_S)
+        kwargs.setdefault("worker_ttl", WORKER_TTL_S)
+        kwargs.setdefault("maintenance_interval", RENEW_EVERY_S)
+        super().__init__(*args, **kwargs)
+        self._baton: Context | None = None
+        self._rq_cleaned = 0.0
+
+    # -- the context of this (main) process, never the one jobs use ---------------------------
+
+    @property
+    def baton(self) -> Context:
+        if self._baton is None:
+            url = context.configured_url()
+            self._baton = context.fresh(url) if url else Context(self.connection, None, None)
+        return self._baton
+
+    # -- a job process that dies, or whose worker dies ------------------------------------------
+
+    def main_work_horse(self, job: Job, queue: Queue) -> None:
+        _die_with_parent()
+        super().main_work_horse(job, queue)
+
+    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+        how = f"signal {os.WTERMSIG(ret_val)}" if ret_val and os.WIFSIGNALED(ret_val) else f"status {ret_val}"
+        error = BatonError("worker-lost", f"the job process died ({how})")
+        try:
+            jobs.end_abnormally(self.baton, job.id, job.args[0] if job.args else None, error)
+        except Exception:
+            log.exception("could not end the task of a killed job process", extra={"task": job.id})
+
+    # -- leases and the outbox ----------------------------------------------------------------
+
+    def maintain_heartbeats(self, job: Job) -> None:
+        super().maintain_heartbeats(job)
+        lifecycle.renew_lease(self.connection, job.id)
+        self._sweep(publish=False)
+
+    def run_maintenance_tasks(self) -> None:
+        if time.monotonic() - self._rq_cleaned >= RQ_CLEAN_EVERY_S or not self._rq_cleaned:
+            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            self._rq_cleaned = time.monotonic()
+        else:
+            self.last_cleaned_at = now()  # type: ignore[assignment]
+        self._sweep(publish=True)
+
+    def _sweep(self, *, publish: bool) -> None:
+        try:
+            sweep(self.baton, publish=publish)
+        except Exception:
+            log.exception("maintenance sweep failed")
+
+
+def sweep(ctx: Context, *, publish: bool) -> tuple[int, int]:
+    """End tasks whose lease ran out; with ``publish``, drain the outbox. Returns (ended, published)."""
+    ended = 0
+    for task_id in lifecycle.expired_leases(ctx.redis):
+        if not lifecycle.claim_expired(ctx.redis, task_id):
+            continue  # renewed meanwhile, or another worker took it
+        data = _job_argument(ctx, task_id)
+        error = BatonError("worker-lost", "the task's lease ran out: its worker stopped renewing it")
+        ended += jobs.end_abnormally(ctx, task_id, data, error)
+    published = 0
+    if publish and ctx.github is not None:
+        app = ctx.github
+
+        def act(pub: Publication) -> str:
+            return perform(app, ctx.redis, pub, ctx.app_id)
+
+        published = outbox.drain(ctx.redis, act)
+    return ended, published
+
+
+def _job_argument(ctx: Context, task_id: str) -> Any:
+    try:
+        job = Job.fetch(task_id, connection=ctx.redis, serializer=JSONSerializer)
+    except NoSuchJobError:
+        return None
+    return job.args[0] if job.args else None
+
+
+def _die_with_parent() -> None:
+    """In the job process: be killed if the worker dies, even by SIGKILL (Linux only)."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent:  # the worker died before the flag was set
+            os._exit(1)
