@@ -39,6 +39,7 @@ KNOWN: dict[str, str] = {
     "BATON_AGENT_WORKERS": "agent-run worker processes started by `baton worker` (default 1)",
     "BATON_METRICS_PORT": "serve /metrics on HOST at this port only, not on PORT (default: on PORT)",
     "BATON_METRICS_TOKEN": "require `Authorization: Bearer <token>` for /metrics (16+ characters)",
+    "BATON_REQUIRE_ORG_POLICY": "true: refuse where the owner's .github repo is not visible (default false)",
 }
 
 
@@ -68,6 +69,8 @@ class Settings:
     agent_workers: int = 1
     metrics_port: int | None = None  # /metrics on its own port (and not on ``port``)
     metrics_token: str | None = field(default=None, repr=False)
+    #: Refuse, rather than fall back to the built-in ceiling, where the owner's `.github` is not visible.
+    require_org_policy: bool = False
 
     @property
     def setup_mode(self) -> bool:
@@ -165,6 +168,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         agent_workers=_int(get, "BATON_AGENT_WORKERS", 1, 0, 64),
         metrics_port=metrics_port,
         metrics_token=metrics_token,
+        require_org_policy=_bool(get, "BATON_REQUIRE_ORG_POLICY", default=False),
     )
 
 
@@ -179,6 +183,17 @@ def _int(get: _Getter, name: str, default: int, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ConfigError("bad-setting", f"{name} must be between {lo} and {hi}, got {value}")
     return value
+
+
+def _bool(get: _Getter, name: str, *, default: bool) -> bool:
+    raw = get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError("bad-setting", f"{name} must be true or false, got {raw!r}")
 
 
 def _float(get: _Getter, name: str, default: float, lo: float, hi: float) -> float:

@@ -15,7 +15,6 @@ import contextlib
 import copy
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -70,9 +69,12 @@ class Demo:
         return f"not finished after {WAIT_S:g}s"
 
     def status_comment(self, number: int) -> dict[str, Any] | None:
-        ours = [c for c in self.admin.comments() if c["issue_number"] == number
-                and (c.get("performed_via_github_app") or {}).get("id") == self.world.app_id]  # fmt: skip
+        ours = self.baton_comments(number)
         return ours[-1] if ours else None
+
+    def baton_comments(self, number: int, repo: str = world.REPO) -> list[dict[str, Any]]:
+        return [c for c in self.admin.comments() if c["issue_number"] == number and c["repository"] == repo
+                and (c.get("performed_via_github_app") or {}).get("id") == self.world.app_id]  # fmt: skip
 
     def issue(self, title: str, user: str) -> int:
         return int(self.admin.create_issue(world.REPO, title=title, user=user)["number"])
@@ -105,12 +107,52 @@ def reader_labels(demo: Demo) -> Result:
     state = demo.wait(guid)
     comment = demo.status_comment(number)
     # The login may be shown as code (`rita`): either way the comment names her access.
-    explained = comment is not None and re.search(r"`?rita`? has read access", comment["body"]) is not None
+    explained = comment is not None and "`rita` has read access" in comment["body"]
     ran = demo.rdb.exists(DECISION_PREFIX + guid)  # the gate never ran for a refused sender
     return (
         "refused with an explanation, no run",
         f"{state}, {'explained' if explained else 'not explained'}",
         (state == "refused" and explained and not ran),
+    )
+
+
+def stranger_comments(demo: Demo) -> Result:
+    """Anyone can comment; only people the policy trusts make Baton speak."""
+    number = demo.issue("Cache the thumbnails", "maria")
+    demo.wait(demo.label(number, "claude-code", "maria")["guid"])
+    before = demo.status_comment(number)
+    reply = demo.admin.comment(world.REPO, number, "/baton run researcher", user="rita")
+    state = demo.wait(reply["deliveries"][-1]["guid"])
+    after = demo.status_comment(number)
+    unchanged = before is not None and after is not None and (before["id"], before["body"]) == (
+        after["id"], after["body"])  # fmt: skip
+    replies = demo.baton_comments(number)
+    return (
+        "refused silently, status comment unchanged",
+        f"{state}, {len(replies)} comment(s), status {'unchanged' if unchanged else 'CHANGED'}",
+        (state == "refused" and unchanged and len(replies) == 1),
+    )
+
+
+def no_org_repo(demo: Demo) -> Result:
+    """A personal account with no `.github` repository: the built-in ceiling, said once."""
+    owner, repo = "solo", "solo/tool"
+    demo.admin.create_user(owner)
+    policy = "version: 1\nagents:\n  claude-code:\n    tools: [read_repo, edit_files]\n"
+    demo.admin.create_repo(
+        owner, "tool", private=True, files={"README.md": "# tool\n", ".github/baton.yml": policy}
+    )
+    demo.admin.create_installation(app_id=demo.world.app_id, account=owner, permissions=world.PERMISSIONS)
+    demo.admin.set_role(repo, owner, "admin")
+    number = int(demo.admin.create_issue(repo, title="Add a --version flag", user=owner)["number"])
+    delivery = demo.admin.label(repo, number, ["agent:claude-code"], sender=owner)["deliveries"][-1]
+    state = demo.wait(delivery["guid"])
+    ours = demo.baton_comments(number, repo)
+    said = sum(c["body"].count("the built-in defaults are the ceiling") for c in ours)
+    return (
+        "accepted under the built-in ceiling, said once",
+        f"{state}, built-in ceiling said {said} time(s)",
+        (state == "accepted" and said == 1),
     )
 
 
@@ -182,6 +224,8 @@ def offline_retry(demo: Demo) -> Result:
 SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
     ("maintainer labels an issue agent:claude-code", maintainer_labels),
     ("reader labels an issue agent:claude-code", reader_labels),
+    ("a stranger comments /baton run", stranger_comments),
+    ("an account with no .github repository", no_org_repo),
     ("GitHub redelivers a delivery", duplicate_delivery),
     ("a pull request is opened", pull_request_opened),
     ("web-fetch agent on a private repo", web_fetch_denied),

@@ -11,7 +11,7 @@ from typing import Any
 
 from emulator import check_suites, checks_validation, shapes_items
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
-from emulator.errors import ApiError, invalid_request, not_accessible, not_found
+from emulator.errors import DOCS, ApiError, invalid_request, not_accessible, not_found
 from emulator.state import App, CheckRun, Delivery, Repo
 from emulator.types import JSONObject
 
@@ -108,16 +108,22 @@ def _run(req: ApiRequest, repo: Repo) -> CheckRun:
     return found
 
 
-async def update_run(req: ApiRequest) -> Reply:
-    repo = req.repo("checks", "write")
-    run = _run(req, repo)
+def _require_owner(req: ApiRequest, run: CheckRun, documentation_url: str = DOCS) -> None:
+    """Only the App that created a check run may change it or ask for it again (GitHub's 403)."""
     app = req.caller.app
     if req.caller.kind != "installation" or app is None or app.id != run.app_id:
         who = app.id if app is not None else "null"
         raise ApiError(
             403,
             f"Invalid app_id `{who}` - check run can only be modified by the GitHub App that created it.",
+            documentation_url=documentation_url,
         )
+
+
+async def update_run(req: ApiRequest) -> Reply:
+    repo = req.repo("checks", "write")
+    run = _run(req, repo)
+    _require_owner(req, run)
     body = req.json_object()
     checks_validation.validate(body, creating=False)
     was_completed = run.status == "completed"
@@ -193,14 +199,9 @@ async def rerequest_run(req: ApiRequest) -> Reply:
     """Asks GitHub to send ``check_run.rerequested`` to the App that made the run (only that App may ask)."""
     repo = req.repo("checks", "write")
     run = _run(req, repo)
-    app = req.caller.app
-    if req.caller.kind != "installation" or app is None or app.id != run.app_id:
-        who = app.id if app is not None else "null"
-        raise ApiError(
-            403,
-            f"Invalid app_id `{who}` - check run can only be modified by the GitHub App that created it.",
-            documentation_url="https://docs.github.com/rest/checks/runs#rerequest-a-check-run",
-        )
+    _require_owner(
+        req, run, documentation_url="https://docs.github.com/rest/checks/runs#rerequest-a-check-run"
+    )
     rerequest(req.emu, req.base, repo, run, pending=req.pending, sender=None, acting=req.caller.app)
     return Reply({}, status=201)
 

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from starlette.types import ASGIApp
 
 from bot.redis_server import EmbeddedRedis, free_port
 from bot.signature import sign
+from emulator import EmulatorServer, world
+from emulator.admin_client import AdminClient
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SECRET = b"test-secret-for-baton"
@@ -96,3 +98,24 @@ def labeled(agent: str = "claude-code", *, installation: int = 4242) -> dict[str
     payload["label"]["name"] = f"agent:{agent}"
     payload["installation"] = {"id": installation, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uNDI0Mg=="}
     return payload
+
+
+def emulated_payload(directory: Path, play: Callable[[AdminClient], dict[str, Any]]) -> dict[str, Any]:
+    """The body of the last webhook the emulator sends for a person's action (``play``), for
+    events GitHub's published examples lack (``issues.closed``). Nothing receives it."""
+    with EmulatorServer(directory) as server, AdminClient(server.url) as admin:
+        world.build(admin, server.url, webhook_url="http://127.0.0.1:9/unreachable")
+        delivery = play(admin)["deliveries"][-1]
+        payload: dict[str, Any] = admin.call("GET", f"/deliveries/{delivery['id']}")["payload"]
+        return payload
+
+
+def closed_issue(directory: Path) -> dict[str, Any]:
+    """`issues.closed`, as GitHub sends it when a maintainer closes an issue."""
+
+    def play(admin: AdminClient) -> dict[str, Any]:
+        number = int(admin.create_issue(world.REPO, title="Done already", user="rita")["number"])
+        closed: dict[str, Any] = admin.close_issue(world.REPO, number, sender="maria")
+        return closed
+
+    return emulated_payload(directory, play)

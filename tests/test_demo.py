@@ -22,10 +22,10 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "6/6 scenarios as expected" in done.stdout
+    assert "8/8 scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["passed"] for s in summary] == [True] * 6
+    assert [s["passed"] for s in summary] == [True] * 8
     assert {"name", "expected", "observed", "passed"} <= set(summary[0])
 
     checks = json.loads((out / "checks.json").read_text())
@@ -36,7 +36,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     assert ours
     assert all(c["body"].startswith("<!-- baton:status v1 -->") for c in ours)
     # One status comment per issue, however many tasks touched it.
-    assert len({c["issue_number"] for c in ours}) == len(ours)
+    assert len({(c["repository"], c["issue_number"]) for c in ours}) == len(ours)
 
     lines = (out / "github-requests.jsonl").read_text().splitlines()
     assert lines

@@ -71,5 +71,4 @@ def fresh(redis_url: str) -> Context:
     if config.app_id and config.private_key:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
         app = GitHubApp(credentials, connection)
-    return Context(connection, app, int(config.app_id) if config.app_id else None,
-                   getattr(config, "require_org_policy", False))  # fmt: skip
+    return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy)

@@ -153,33 +153,45 @@ def _context_lines(loaded: config.LoadedPolicy) -> list[str]:
     return lines
 
 
-# -- agent runs --------------------------------------------------------------------------------
-
-
 _UNSET = Permission(error="not looked up")
+
+
+def _admit(
+    ctx: Context, task: Task, found: Permission | None, *, tell_policy: bool, tell_refusal: bool
+) -> tuple[config.LoadedPolicy, Authorization] | Result:
+    """Steps 1 to 3: the sender's permission (unless already ``found``), the policy, the sender
+    against its trigger rules. A Result means: stop here (said on the issue only where ``tell_*``)."""
+    if found is _UNSET:
+        found = _permission(ctx, task)
+    below = screen(task.sender, found)
+    if below is not None:
+        return _unauthorised(ctx, task, below, say=task.kind is Kind.AGENT_RUN)
+    try:
+        loaded = _load(ctx, task)
+    except PolicyError as exc:
+        return _policy_failed(task, exc, speak=tell_policy)
+    trigger = loaded.merged.policy.trigger
+    verdict = authorize(
+        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
+    )
+    if not verdict.allowed:
+        return _unauthorised(ctx, task, verdict, say=tell_refusal)
+    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
+    return loaded, verdict
+
+
+# -- agent runs --------------------------------------------------------------------------------
 
 
 def agent_run(
     ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = _UNSET
 ) -> Result:
     label = task.kind is Kind.AGENT_RUN
-    if found is _UNSET:
-        found = _permission(ctx, task)
-    below = screen(task.sender, found)
-    if below is not None:
-        return _unauthorised(ctx, task, below, say=label)
-    try:
-        loaded = _load(ctx, task)
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=label)
+    admitted = _admit(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
+    if isinstance(admitted, Result):
+        return admitted
+    loaded, verdict = admitted
     policy = loaded.merged.policy
-    trigger = policy.trigger
-    verdict = authorize(
-        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
-    )
-    if not verdict.allowed:
-        return _unauthorised(ctx, task, verdict, say=label or not task.sender.is_bot)
-    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
     repo, _ = _where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
     ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
@@ -241,7 +253,7 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
 def command(ctx: Context, task: Task) -> Result:
     found = _permission(ctx, task)  # step 1 comes first, whatever the command says
     below = screen(task.sender, found)
-    if below is not None:
+    if below is not None:  # not even a reply about the command's syntax
         return _unauthorised(ctx, task, below, say=False)
     cmd = task.command
     if cmd is not None and cmd.name == "run" and cmd.agent:
@@ -261,38 +273,18 @@ def command(ctx: Context, task: Task) -> Result:
 
 def _reply(ctx: Context, task: Task, found: Permission | None, message: str) -> Result:
     """A short answer to a command, for a sender the policy lets trigger Baton (anyone else: silence)."""
-    try:
-        policy = _load(ctx, task).merged.policy
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=False)
-    trigger = policy.trigger
-    verdict = authorize(
-        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
-    )
-    if not verdict.allowed:
-        return _unauthorised(ctx, task, verdict, say=False)
-    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
+    admitted = _admit(ctx, task, found, tell_policy=False, tell_refusal=False)
+    if isinstance(admitted, Result):
+        return admitted
     answer = Status(State.DONE, task.id, None, f"Baton did not act on that command: {message}")
     return Result(State.DONE, f"command answered: {message}", answer)
 
 
 def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Result:
     """`/baton cancel`, removing the agent label, closing the issue: authorised like a run."""
-    if found is _UNSET:
-        found = _permission(ctx, task)
-    below = screen(task.sender, found)
-    if below is not None:
-        return _unauthorised(ctx, task, below, say=False)
-    try:
-        policy = _load(ctx, task).merged.policy
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=False)
-    trigger = policy.trigger
-    verdict = authorize(
-        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
-    )
-    if not verdict.allowed:
-        return _unauthorised(ctx, task, verdict, say=False)
+    admitted = _admit(ctx, task, found, tell_policy=False, tell_refusal=False)
+    if isinstance(admitted, Result):
+        return admitted
     # No agent runs yet, so there is nothing to stop; the agent-runs issue stops the run under its lock.
     return Result(State.DONE, f"cancel for #{task.number}: no run is active")
 

@@ -114,12 +114,13 @@ def publish_now(ctx: Context, task_id: str) -> str:
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
 
 
-def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError) -> bool:
+def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError, *, publish: bool = True) -> bool:
     """End a task whose job cannot: failed (or timed-out) with ``error``'s fixed message.
 
     ``data`` is the job's argument (the task as stored); if it cannot be read (a task
-    from another schema), the record still ends, with nothing published. Returns False
-    if the task had already ended.
+    from another schema), the record still ends, with nothing published. ``publish``: try
+    GitHub at once (else the outbox keeps it for an idle worker). Returns False if the task
+    had already ended.
     """
     if lifecycle.current(ctx.redis, task_id) in lifecycle.TERMINAL:
         return False
@@ -139,7 +140,7 @@ def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError) -> 
                        publication=publication.to_json() if publication else None)  # fmt: skip
     except lifecycle.IllegalMove:  # it ended meanwhile, by its own job or another reaper
         return False
-    if publication is not None:
+    if publication is not None and publish:
         publish_now(ctx, task_id)
     log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
     return True

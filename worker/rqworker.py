@@ -114,7 +114,7 @@ def sweep(ctx: Context, *, publish: bool) -> tuple[int, int]:
             continue  # renewed meanwhile, or another worker took it
         data = _job_argument(ctx, task_id)
         error = BatonError("worker-lost", "the task's lease ran out: its worker stopped renewing it")
-        ended += jobs.end_abnormally(ctx, task_id, data, error)
+        ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish)
     published = 0
     if publish and ctx.github is not None:
         app = ctx.github

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from bot.app import WEBHOOK_PATH, create_app
 from bot.routing import parse_command
 from bot.settings import Settings
 from bot.tasks import Command
-from tests.conftest import SECRET, delivery_headers, example, examples
+from tests.conftest import SECRET, closed_issue, delivery_headers, example, examples
 
 # The routing table of the issue, written out independently of bot/routing.py.
 EXPECTED: dict[tuple[str, str | None], str] = {
@@ -105,11 +106,12 @@ def test_agent_label_becomes_an_agent_run_on_the_agents_queue(client: TestClient
     assert job_of(rdb, answer).origin == queues.AGENTS.name
 
 
-def test_removing_the_agent_label_or_closing_the_issue_cancels(client: TestClient, rdb: redis.Redis) -> None:
+def test_removing_the_agent_label_or_closing_the_issue_cancels(
+    client: TestClient, rdb: redis.Redis, tmp_path: Path
+) -> None:
     unlabeled = example("issues", "unlabeled")
     unlabeled["label"]["name"] = "agent:codex"
-    closed = example("issues", "opened")
-    closed["action"] = "closed"
+    closed = closed_issue(tmp_path / "github")
     for payload in (unlabeled, closed):
         status, answer = deliver(client, "issues", payload)
         assert (status, answer["kind"]) == (202, "cancel")

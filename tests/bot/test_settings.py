@@ -69,3 +69,14 @@ def test_a_running_embedded_server_does_not_show_its_password(tmp_path: Path) ->
         assert len(password) > 10
         assert password not in repr(server)
         assert "127.0.0.1" in repr(server)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("true", True), ("1", True), ("false", False), ("no", False)])
+def test_require_org_policy_is_a_yes_or_no(raw: str, expected: bool) -> None:
+    assert settings.load({"BATON_REQUIRE_ORG_POLICY": raw}).require_org_policy is expected
+    assert settings.load({}).require_org_policy is False
+
+
+def test_a_require_org_policy_that_is_neither_stops_start_up() -> None:
+    with pytest.raises(ConfigError, match="BATON_REQUIRE_ORG_POLICY must be true or false"):
+        settings.load({"BATON_REQUIRE_ORG_POLICY": "maybe"})

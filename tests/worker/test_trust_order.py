@@ -135,3 +135,29 @@ def test_quoted_text_never_escapes_its_code_span() -> None:
         assert fence not in inner
         assert "\n" not in quoted
         assert len(quoted) < 120
+
+
+@pytest.mark.parametrize("how", ["unlabel", "close"])
+@pytest.mark.parametrize(("who", "answered"), [("rita", False), ("nobody", False), ("maria", True)])
+def test_cancels_by_unlabel_or_close_are_authorised_like_a_run(
+    stage: Stage, how: str, who: str, answered: bool
+) -> None:
+    """Closing an issue needs only triage (its author may close it), so this is checked too."""
+    number = stage.issue(user=who if who != "maria" else "rita")
+    assert stage.label(number, "claude-code", sender="maria")["state"] == "accepted"
+    [before] = stage.baton_comments(number)
+    if how == "unlabel":
+        sent = stage.admin.unlabel(world.REPO, number, "agent:claude-code", sender=who)
+    else:
+        sent = stage.admin.close_issue(world.REPO, number, sender=who)
+    mark = len(stage.admin.requests())
+    result = stage.run(sent["deliveries"][-1])
+    calls = _calls_since(stage, mark)
+    assert calls[0] == _permission_call(who)
+    if answered:
+        assert result["state"] == "done"
+    else:
+        assert result["state"] == "refused"
+        assert calls == [_permission_call(who)]
+    [after] = stage.baton_comments(number)
+    assert after["body"] == before["body"]

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,7 +16,7 @@ from bot import queues
 from bot.app import WEBHOOK_PATH, create_app
 from bot.settings import Settings
 from bot.tasks import Kind, Repository, Sender, Task, Untrusted
-from tests.conftest import SECRET, delivery_headers, example, labeled
+from tests.conftest import SECRET, closed_issue, delivery_headers, example, labeled
 from worker import lifecycle
 
 
@@ -41,11 +42,12 @@ def test_task_round_trips_through_its_dict() -> None:
     assert Task.from_dict(json.loads(json.dumps(task.to_dict()))) == task
 
 
-def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(redis_url: str, rdb: redis.Redis) -> None:
+def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(
+    redis_url: str, rdb: redis.Redis, tmp_path: Path
+) -> None:
     """No App credentials: tasks that need GitHub end `failed` saying so; the rest finish."""
     deliveries: dict[str, str] = {}
-    closed = example("issues", "opened")
-    closed["action"] = "closed"
+    closed = closed_issue(tmp_path / "github")
     installation = example("installation", "created")
     with TestClient(create_app(Settings(webhook_secrets=(SECRET,)), redis_url)) as c:
         for name, event, payload in (
