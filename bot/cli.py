@@ -21,7 +21,9 @@ COMMANDS: tuple[str, ...] = (
     "worker.commands.worker",
     "worker.commands.policy",
     "worker.commands.gate",
+    "worker.commands.run",
     "emulator.command",
+    "emulator.model_command",
 )
 
 

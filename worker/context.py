@@ -16,6 +16,7 @@ import redis
 from bot import settings
 from bot.errors import ConfigError
 from worker.github.client import AppCredentials, GitHubApp
+from worker.runner import box
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Context:
     app_id: int | None
     #: BATON_REQUIRE_ORG_POLICY: refuse where the owner's `.github` is not visible.
     require_org_policy: bool = False
+    #: Can this machine cut an agent's network (the box's probe)? The gate's ``network_cutoff`` fact.
+    network_cutoff: bool = False
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -71,4 +74,5 @@ def fresh(redis_url: str) -> Context:
     if config.app_id and config.private_key:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
         app = GitHubApp(credentials, connection)
-    return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy)
+    return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
+                   box.probe().network_cutoff)  # fmt: skip

@@ -199,7 +199,9 @@ def agent_run(
     notices = loaded.notices
 
     try:
-        decision = decide(policy, TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline))
+        facts = TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline,
+                          network_cutoff=ctx.network_cutoff)  # fmt: skip
+        decision = decide(policy, facts)
     except UnknownAgent:
         known = ", ".join(inert(a) for a in sorted(policy.agents)) or "none"
         return Result(State.REFUSED, f"unknown-agent: {agent}", Status(

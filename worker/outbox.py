@@ -57,7 +57,7 @@ def attempt(client: redis.Redis, task_id: str, perform: Perform, *, now: float |
     now = time.time() if now is None else now
     if not claim(client, task_id, now):
         return None
-    raw = client.hget(lifecycle.PREFIX + task_id, "publication")
+    raw = lifecycle.field(client, task_id, "publication")
     if raw is None:  # the record expired or was never written: nothing left to say
         client.zrem(records.OUTBOX_KEY, task_id)
         return None

@@ -40,6 +40,7 @@ from bot.errors import BatonError
 from worker import context, jobs, lifecycle, outbox
 from worker.context import Context
 from worker.publish import Publication, perform
+from worker.runner import box
 
 log = logging.getLogger("baton.worker")
 
@@ -57,6 +58,7 @@ class BatonWorker(Worker):
         kwargs.setdefault("worker_ttl", WORKER_TTL_S)
         kwargs.setdefault("maintenance_interval", RENEW_EVERY_S)
         super().__init__(*args, **kwargs)
+        box.probe()  # once, here: every job process forked from this one inherits the answer
         self._baton: Context | None = None
         self._rq_cleaned = 0.0
 

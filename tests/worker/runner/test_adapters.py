@@ -1,0 +1,505 @@
+"""Adapters: argv, env and stdin per CLI from the policy and the grant; results read from hostile output."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.policy import Agent
+from worker.policy.schema import ADAPTERS
+from worker.runner import adapters, installed, prompt, results
+from worker.runner.adapters import SPECS, AgentMissing, Invocation
+
+PROMPT = "PROMPT-TEXT-7f3a: fix the bug described in the issue"
+PROMPT_PATH = "/home/agent/.baton/prompt.md"
+WORKSPACE = "/workspace"
+ALL_TOOLS = ("read_repo", "search_repo", "edit_files", "run_shell", "web_fetch", "web_search")
+EXECUTABLES = ("claude", "codex", "gemini", "aider", "goose", "opencode", "my-agent")
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    """A PATH directory holding a stand-in executable for every CLI."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    for name in EXECUTABLES:
+        exe = directory / name
+        exe.write_text("#!/bin/sh\necho '9.8.7'\n")
+        exe.chmod(0o755)
+    return directory
+
+
+def agent_for(adapter: str, **fields: object) -> Agent:
+    if adapter == "command":
+        fields.setdefault("command", ("my-agent", "--task", "{prompt_file}", "--cwd={workspace}"))
+    return Agent(adapter=adapter, **fields)  # type: ignore[arg-type]
+
+
+def invoke(
+    adapter: str,
+    bin_dir: Path,
+    *,
+    tools: tuple[str, ...] = ("read_repo", "search_repo", "edit_files"),
+    base_url: str | None = "http://api.anthropic.com",
+    env_values: dict[str, str] | None = None,
+    **fields: object,
+) -> Invocation:
+    agent = agent_for(adapter, tools=tools, **fields)
+    return adapters.build_invocation(
+        SPECS[adapter], agent, granted_tools=tools, model_base_url=base_url, env_values=env_values or {},
+        prompt_path=PROMPT_PATH, workspace=WORKSPACE, search_path=str(bin_dir), prompt_text=PROMPT,
+    )  # fmt: skip
+
+
+def flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+
+def test_there_is_one_spec_per_policy_adapter() -> None:
+    assert set(SPECS) == set(ADAPTERS)
+    assert all(spec.name == name for name, spec in SPECS.items())
+
+
+def test_specs_are_frozen() -> None:
+    spec = SPECS["claude-code"]
+    with pytest.raises(AttributeError):
+        spec.executable = "sh"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.tool_names["run_shell"] = ("Read",)  # type: ignore[index]
+    with pytest.raises(TypeError):
+        spec.fixed_env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "0"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_prompt_is_never_in_argv_or_env(adapter: str, bin_dir: Path) -> None:
+    inv = invoke(adapter, bin_dir, tools=ALL_TOOLS, env_values={})
+    assert not any("PROMPT-TEXT" in token for token in inv.argv)
+    assert not any("PROMPT-TEXT" in value for value in inv.env.values())
+    spec = SPECS[adapter]
+    if spec.stdin_program:
+        assert inv.stdin == installed.script_agent_source()
+        assert PROMPT_PATH in inv.argv
+    elif spec.prompt_via is adapters.PromptVia.FILE:
+        assert inv.stdin is None
+        assert PROMPT_PATH in inv.argv
+    else:
+        assert inv.stdin == PROMPT.encode()
+
+
+@pytest.mark.parametrize("adapter", [a for a in ADAPTERS if a != "script"])
+def test_argv0_is_the_executable_found_on_the_given_path(adapter: str, bin_dir: Path) -> None:
+    inv = invoke(adapter, bin_dir)
+    assert Path(inv.argv[0]).parent == bin_dir
+    assert inv.env["PATH"].startswith(f"{bin_dir}:")
+
+
+@pytest.mark.parametrize("adapter", [a for a in ADAPTERS if a not in ("command", "script")])
+def test_a_missing_cli_is_a_clear_error(adapter: str, tmp_path: Path) -> None:
+    with pytest.raises(AgentMissing) as caught:
+        invoke(adapter, tmp_path)
+    error = caught.value
+    assert error.code == adapters.AGENT_MISSING
+    assert error.adapter == adapter
+    assert f"the {adapter} agent needs {SPECS[adapter].executable}" in error.message
+    assert SPECS[adapter].install_hint in error.message
+
+
+def test_the_claude_hint_names_the_npm_package(tmp_path: Path) -> None:
+    with pytest.raises(AgentMissing, match=r"npm install -g @anthropic-ai/claude-code"):
+        adapters.locate(SPECS["claude-code"], agent_for("claude-code"), str(tmp_path))
+
+
+def test_a_missing_command_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(AgentMissing, match="needs my-agent"):
+        invoke("command", tmp_path)
+    with pytest.raises(AgentMissing, match="needs /nowhere/agent"):
+        invoke("command", tmp_path, command=("/nowhere/agent",))
+
+
+def test_a_relative_command_is_left_to_the_box(bin_dir: Path) -> None:
+    inv = invoke("command", bin_dir, command=("./scripts/agent.sh", "{prompt_file}"))
+    assert inv.argv == ("./scripts/agent.sh", PROMPT_PATH)
+
+
+# --- Claude Code ----------------------------------------------------------------------------------
+
+
+def test_claude_code_argv(bin_dir: Path) -> None:
+    inv = invoke("claude-code", bin_dir, timeout=1800)
+    assert inv.argv == (
+        str(bin_dir / "claude"), "-p", "--output-format", "json", "--permission-mode", "acceptEdits",
+        "--max-turns", "90", "--no-session-persistence", "--setting-sources", "user", "--strict-mcp-config",
+        "--allowedTools", "Read,Glob,Grep,Edit,Write,NotebookEdit",
+        "--disallowedTools", "Bash,WebFetch,WebSearch",
+    )  # fmt: skip
+
+
+def test_claude_code_gets_shell_and_web_only_when_granted(bin_dir: Path) -> None:
+    inv = invoke("claude-code", bin_dir, tools=("read_repo", "run_shell", "web_fetch"))
+    assert flag(inv.argv, "--allowedTools") == "Read,Bash,WebFetch"
+    assert flag(inv.argv, "--disallowedTools") == "Glob,Grep,Edit,Write,NotebookEdit,WebSearch"
+    inv = invoke("claude-code", bin_dir, tools=ALL_TOOLS)
+    assert "--disallowedTools" not in inv.argv
+
+
+def test_claude_code_env(bin_dir: Path) -> None:
+    quiet = "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
+    values = {"ANTHROPIC_API_KEY": "sk-real", quiet: "0", "GITHUB_TOKEN": "not-listed"}
+    inv = invoke("claude-code", bin_dir, env=("ANTHROPIC_API_KEY", quiet), env_values=values)
+    assert dict(inv.env) == {
+        "ANTHROPIC_API_KEY": "sk-real",
+        "ANTHROPIC_BASE_URL": "http://api.anthropic.com",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # Baton's setting wins over the policy's value
+        "PATH": f"{bin_dir}:{installed.SYSTEM_PATH}",
+    }
+
+
+def test_claude_code_gets_a_placeholder_key_only_when_baton_routes_the_model(bin_dir: Path) -> None:
+    routed = invoke("claude-code", bin_dir, base_url="http://127.0.0.1:9/")
+    assert routed.env["ANTHROPIC_API_KEY"] == adapters.PLACEHOLDER_KEY
+    assert routed.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
+    direct = invoke("claude-code", bin_dir, base_url=None)
+    assert "ANTHROPIC_API_KEY" not in direct.env
+    assert "ANTHROPIC_BASE_URL" not in direct.env
+
+
+# --- Codex ----------------------------------------------------------------------------------------
+
+
+def test_codex_argv_with_a_key(bin_dir: Path) -> None:
+    inv = invoke("codex", bin_dir, base_url="http://api.openai.com", env=("OPENAI_API_KEY",),
+                 env_values={"OPENAI_API_KEY": "sk-o"})  # fmt: skip
+    assert inv.argv == (
+        str(bin_dir / "codex"), "exec", "--json", "--skip-git-repo-check", "-c", "analytics.enabled=false",
+        "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
+        "--dangerously-bypass-approvals-and-sandbox", "-c", 'web_search="disabled"',
+        "-c", "model_provider=baton",
+        "-c", 'model_providers.baton={name="baton",base_url="http://api.openai.com/v1",wire_api="responses",'
+              'env_key="OPENAI_API_KEY"}',
+        "-",
+    )  # fmt: skip
+    assert inv.env["OPENAI_API_KEY"] == "sk-o"
+
+
+def test_codex_without_a_key_or_a_route(bin_dir: Path) -> None:
+    inv = invoke("codex", bin_dir, base_url="http://api.openai.com", tools=(*ALL_TOOLS,))
+    assert 'web_search="live"' in inv.argv
+    provider = next(t for t in inv.argv if t.startswith("model_providers.baton="))
+    assert "env_key" not in provider
+    assert "OPENAI_API_KEY" not in inv.env
+    direct = invoke("codex", bin_dir, base_url=None)
+    assert "model_provider=baton" not in direct.argv
+    assert direct.argv[-1] == "-"
+
+
+# --- gemini, aider, goose, opencode (documented or inferred; see adapters.py) ---------------------
+
+
+def test_gemini(bin_dir: Path) -> None:
+    inv = invoke("gemini", bin_dir, tools=("read_repo", "edit_files", "run_shell"), env=("GEMINI_API_KEY",),
+                 env_values={"GEMINI_API_KEY": "g"}, base_url="http://gemini.test")  # fmt: skip
+    assert inv.argv[1:3] == ("--output-format", "json")
+    assert flag(inv.argv, "--allowed-tools") == "run_shell_command"
+    assert flag(inv.argv, "--approval-mode") == "auto_edit"
+    assert inv.argv[-2:] == ("--prompt", adapters.STDIN_POINTER)
+    assert inv.env["GOOGLE_GEMINI_BASE_URL"] == "http://gemini.test"
+    assert inv.env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+    assert inv.env["GEMINI_API_KEY"] == "g"
+    read_only = invoke("gemini", bin_dir, tools=("read_repo",))
+    assert flag(read_only.argv, "--approval-mode") == "default"
+    assert "--allowed-tools" not in read_only.argv
+
+
+def test_aider(bin_dir: Path) -> None:
+    inv = invoke("aider", bin_dir, tools=("read_repo", "edit_files"), base_url="http://models.test")
+    assert flag(inv.argv, "--message-file") == PROMPT_PATH
+    needed = "--yes-always --no-git --no-auto-commits --no-check-update --analytics-disable"
+    for switch in (*needed.split(), "--no-suggest-shell-commands", "--no-detect-urls"):
+        assert switch in inv.argv
+    assert inv.env["OPENAI_API_BASE"] == "http://models.test/v1"
+    granted = invoke("aider", bin_dir, tools=ALL_TOOLS)
+    assert "--no-suggest-shell-commands" not in granted.argv
+    assert "--no-detect-urls" not in granted.argv
+
+
+def test_goose(bin_dir: Path) -> None:
+    inv = invoke("goose", bin_dir, env=("ANTHROPIC_API_KEY",), env_values={"ANTHROPIC_API_KEY": "k"},
+                 timeout=600)  # fmt: skip
+    assert inv.argv[1:] == (
+        "run", "--no-session", "--output-format", "json", "--max-turns", "30", "--instructions", PROMPT_PATH,
+        "--with-builtin", "developer",
+    )  # fmt: skip
+    assert inv.env["GOOSE_MODE"] == "auto"
+    assert inv.env["GOOSE_PROVIDER"] == "anthropic"
+    assert inv.env["ANTHROPIC_HOST"] == "http://api.anthropic.com"
+
+
+def test_opencode(bin_dir: Path) -> None:
+    inv = invoke("opencode", bin_dir, tools=("read_repo", "edit_files"), base_url="http://models.test")
+    assert inv.argv[1:] == ("run", "--format", "json", adapters.STDIN_POINTER)
+    config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
+    assert config["permission"] == {
+        "read": "allow", "list": "allow", "glob": "deny", "grep": "deny", "edit": "allow", "bash": "deny",
+        "webfetch": "deny", "websearch": "deny", "external_directory": "deny",
+    }  # fmt: skip
+    assert config["autoupdate"] is False
+    assert config["share"] == "disabled"
+    assert config["provider"]["anthropic"]["options"]["baseURL"] == "http://models.test/v1"
+
+
+# --- command and script ---------------------------------------------------------------------------
+
+
+def test_command_substitutes_the_prompt_file_and_sends_the_prompt_on_stdin(bin_dir: Path) -> None:
+    inv = invoke("command", bin_dir, base_url="http://models.test")
+    assert inv.argv == (str(bin_dir / "my-agent"), "--task", PROMPT_PATH, f"--cwd={WORKSPACE}")
+    assert inv.stdin == PROMPT.encode()
+    assert inv.env["BATON_MODEL_BASE_URL"] == "http://models.test"
+
+
+def test_the_script_agent_runs_from_its_invocation(tmp_path: Path) -> None:
+    """The script adapter end to end, no box: system python3, program on stdin, recipe in the issue."""
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    workspace.mkdir()
+    home.mkdir()
+    body = 'Do this:\n```baton-recipe\n{"steps": [{"op": "write", "path": "done.txt", "content": "ok"}]}\n```'
+    (home / "prompt.md").write_text(prompt.render(title="t", body=body))
+    agent = agent_for("script", tools=("read_repo", "edit_files"))
+    inv = adapters.build_invocation(
+        SPECS["script"], agent, granted_tools=agent.tools, model_base_url=None, env_values={},
+        prompt_path=str(home / "prompt.md"), workspace=str(workspace), search_path="/nonexistent",
+    )  # fmt: skip
+    assert inv.argv[1:] == ("-I", "-", str(home / "prompt.md"))
+    assert Path(inv.argv[0]).parent in (Path("/usr/bin"), Path("/usr/local/bin"), Path("/bin"))
+    done = subprocess.run(inv.argv, input=inv.stdin, env=dict(inv.env), cwd=workspace, capture_output=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (workspace / "done.txt").read_text() == "ok"
+    parsed = SPECS["script"].parse_result(done.stdout, done.returncode)
+    assert parsed.is_error is False
+    assert parsed.num_turns == 1
+    assert adapters.version(SPECS["script"], inv.argv[0]) == "1.0"
+
+
+# --- inputs Baton refuses -------------------------------------------------------------------------
+
+
+def test_env_values_only_for_names_the_agent_lists(bin_dir: Path) -> None:
+    inv = invoke(
+        "aider", bin_dir, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "a", "AWS_SECRET": "b"}
+    )
+    assert inv.env["OPENAI_API_KEY"] == "a"
+    assert "AWS_SECRET" not in inv.env
+
+
+def test_an_env_value_with_nul_is_refused(bin_dir: Path) -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        invoke("aider", bin_dir, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "a\x00b"})
+
+
+@pytest.mark.parametrize("url", ["ftp://x", 'http://x/"}', "http://x/v1?key=1", "http://x y", "api.x.com"])
+def test_a_bad_base_url_is_refused(bin_dir: Path, url: str) -> None:
+    with pytest.raises(ValueError, match="model base URL"):
+        invoke("codex", bin_dir, base_url=url)
+
+
+def test_a_stdin_adapter_needs_the_prompt_text(bin_dir: Path) -> None:
+    with pytest.raises(ValueError, match="pass prompt_text"):
+        adapters.build_invocation(
+            SPECS["claude-code"], agent_for("claude-code"), granted_tools=(), model_base_url=None,
+            env_values={}, prompt_path=PROMPT_PATH, workspace=WORKSPACE, search_path=str(bin_dir),
+        )  # fmt: skip
+
+
+def test_max_turns_follows_the_timeout_within_bounds() -> None:
+    assert adapters.max_turns(Agent(adapter="codex", timeout=30)) == 10
+    assert adapters.max_turns(Agent(adapter="codex", timeout=1800)) == 90
+    assert adapters.max_turns(Agent(adapter="codex", timeout=36000)) == 200
+
+
+# --- versions and installs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("2.1.197 (Claude Code)\n", "2.1.197"), ("codex-cli 0.171.0", "0.171.0"), ("aider 0.86.1", "0.86.1"),
+     ("v1.2.3-beta.1", "1.2.3-beta.1"), ("no version here", None), ("", None)],
+)  # fmt: skip
+def test_parse_version(text: str, version: str | None) -> None:
+    assert adapters.parse_version(text) == version
+
+
+def test_version_asks_the_cli_with_a_throwaway_home(bin_dir: Path) -> None:
+    assert adapters.version(SPECS["claude-code"], str(bin_dir / "claude")) == "9.8.7"
+    assert adapters.version(SPECS["codex"], str(bin_dir / "missing")) is None
+
+
+def test_a_policy_command_is_never_run_on_the_host_for_its_version(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    exe = tmp_path / "agent"
+    exe.write_text(f"#!/bin/sh\ntouch {marker}\necho 1.0.0\n")
+    exe.chmod(0o755)
+    assert adapters.version(SPECS["command"], str(exe)) is None
+    assert not marker.exists()
+
+
+def test_the_pinned_real_clis_report_their_versions(agent_cli_bin: Path) -> None:
+    assert adapters.version(SPECS["claude-code"], str(agent_cli_bin / "claude")) == "2.1.197"
+    assert adapters.version(SPECS["codex"], str(agent_cli_bin / "codex")) == "0.171.0"
+
+
+def test_install_dirs_of_an_npm_install(tmp_path: Path) -> None:
+    package = tmp_path / "prefix" / "node_modules" / "@anthropic-ai" / "claude-code" / "bin"
+    package.mkdir(parents=True)
+    (package / "claude.exe").write_bytes(b"\x7fELF")
+    (package / "claude.exe").chmod(0o755)
+    dot_bin = tmp_path / "prefix" / "node_modules" / ".bin"
+    dot_bin.mkdir()
+    (dot_bin / "claude").symlink_to("../@anthropic-ai/claude-code/bin/claude.exe")
+    assert adapters.install_dirs(str(dot_bin / "claude")) == (str(tmp_path / "prefix" / "node_modules"),)
+
+
+def test_install_dirs_include_an_env_interpreter(tmp_path: Path) -> None:
+    tools, node = tmp_path / "tools", tmp_path / "node" / "bin"
+    tools.mkdir()
+    node.mkdir(parents=True)
+    (node / "node").write_text("")
+    (node / "node").chmod(stat.S_IRWXU)
+    script = tools / "gemini"
+    script.write_text("#!/usr/bin/env node\n")
+    assert adapters.install_dirs(str(script), search_path=str(node)) == (str(node), str(tools))
+    assert adapters.install_dirs("relative/x") == ()
+
+
+# --- results: the agent's own account, read from hostile output -----------------------------------
+
+#: Observed: claude-code 2.1.197 -p --output-format json, one turn (trimmed).
+CLAUDE_OK = json.dumps({
+    "type": "result", "subtype": "success", "is_error": False, "api_error_status": None, "num_turns": 2,
+    "result": "done", "stop_reason": "end_turn", "total_cost_usd": 0.00005,
+    "usage": {"input_tokens": 5, "cache_creation_input_tokens": 1, "cache_read_input_tokens": 2,
+              "output_tokens": 1},
+    "permission_denials": [{"tool_name": "Write", "tool_use_id": "t1", "tool_input": {"file_path": "/x"}}],
+    "terminal_reason": "completed",
+})  # fmt: skip
+#: Observed: codex 0.171.0 exec --json (one turn), plus a file_change item as AGENT-CLIS.md records it.
+CODEX_OK = "\n".join([
+    '{"type":"thread.started","thread_id":"01a2"}',
+    '{"type":"turn.started"}',
+    '{"type":"item.completed","item":{"id":"item_0","type":"file_change","status":"completed",'
+    '"changes":[{"path":"hello.txt","kind":"add"}]}}',
+    '{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"done"}}',
+    '{"type":"turn.completed","usage":{"input_tokens":7,"cached_input_tokens":0,"output_tokens":2,'
+    '"reasoning_output_tokens":0}}',
+])  # fmt: skip
+
+
+def test_claude_result() -> None:
+    got = SPECS["claude-code"].parse_result(CLAUDE_OK.encode(), 0)
+    assert (got.is_error, got.subtype, got.num_turns, got.cost_usd) == (False, "success", 2, 0.00005)
+    assert (got.input_tokens, got.output_tokens) == (8, 1)
+    assert got.permission_denials == ("Write",)
+    assert got.summary == "done"
+    assert got.parse_error is None
+    assert json.loads(json.dumps(got.to_data()))["permission_denials"] == ["Write"]
+
+
+def test_claude_is_error_with_exit_0_is_an_error() -> None:
+    """Observed: with no key Claude Code says "Not logged in" as subtype success, is_error true."""
+    text = json.dumps({"type": "result", "subtype": "success", "is_error": True, "result": "Not logged in"})
+    assert SPECS["claude-code"].parse_result(text, 0).is_error is True
+    assert SPECS["claude-code"].parse_result(CLAUDE_OK, 1).is_error is True
+    maxed = json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": False})
+    assert SPECS["claude-code"].parse_result(maxed, 0).is_error is True
+
+
+def test_codex_result() -> None:
+    got = SPECS["codex"].parse_result(CODEX_OK, 0)
+    assert (got.is_error, got.num_turns, got.input_tokens, got.output_tokens) == (False, 1, 7, 2)
+    assert got.reported_changes == (results.ReportedChange("hello.txt", "add", True),)
+    assert got.summary == "done"
+    failed = CODEX_OK + '\n{"type":"turn.failed","error":{"message":"stream disconnected"}}'
+    assert SPECS["codex"].parse_result(failed, 0).is_error is True
+
+
+def test_wrong_types_are_dropped_with_a_note() -> None:
+    text = json.dumps({"type": "result", "is_error": "false", "num_turns": "5", "total_cost_usd": True,
+                       "usage": [1, 2], "permission_denials": {"x": 1}, "result": 42})  # fmt: skip
+    got = SPECS["claude-code"].parse_result(text, 0)
+    assert (got.num_turns, got.cost_usd, got.input_tokens, got.summary) == (None, None, None, None)
+    assert got.permission_denials == ()
+    assert got.parse_error is not None
+    assert "is_error" in got.parse_error
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        b"not json at all",
+        b'{"type": "result", "is_error": fal',  # cut off
+        b"\xff\xfe\x00garbage",
+        b'{"type":"result","total_cost_usd":NaN,"num_turns":1e400}',
+        b"[" * 100_000,
+        b'{"type":"result","num_turns":' + b"9" * 5000 + b"}",
+    ],
+)
+def test_hostile_output_never_raises(output: bytes) -> None:
+    for spec in SPECS.values():
+        got = spec.parse_result(output, 0)
+        assert isinstance(got, results.AgentResult)
+        assert got.cost_usd is None or got.cost_usd == got.cost_usd  # never NaN
+
+
+def test_huge_output_is_read_from_its_tail() -> None:
+    junk = b"x" * (results.MAX_PARSE_BYTES + 10) + b"\n"
+    got = SPECS["claude-code"].parse_result(junk + CLAUDE_OK.encode(), 0)
+    assert got.num_turns == 2
+    assert got.parse_error is not None
+    assert "only the last" in got.parse_error
+
+
+def test_a_long_summary_is_cut() -> None:
+    text = json.dumps({"type": "result", "is_error": False, "result": "y" * 100_000})
+    got = SPECS["claude-code"].parse_result(text, 0)
+    assert got.summary is not None
+    assert len(got.summary) < results.MAX_SUMMARY_CHARS + 100
+
+
+def test_no_exit_code_is_an_error() -> None:
+    assert SPECS["command"].parse_result(b"fine", None).is_error is True
+    assert SPECS["command"].parse_result(b"fine", 0).summary == "fine"
+
+
+def test_other_formats_best_effort() -> None:
+    gemini = json.dumps(
+        {"response": "ok", "stats": {"models": {"m": {"tokens": {"prompt": 3, "candidates": 4}}}}}
+    )
+    got = SPECS["gemini"].parse_result(gemini, 0)
+    assert (got.summary, got.input_tokens, got.output_tokens, got.is_error) == ("ok", 3, 4, False)
+    assert SPECS["gemini"].parse_result(json.dumps({"error": {"message": "quota"}}), 0).is_error is True
+    opencode = (
+        '{"type":"text","part":{"text":"hi"}}\n'
+        '{"type":"step_finish","part":{"tokens":{"input":1,"output":2},"cost":0.5}}'
+    )
+    got = SPECS["opencode"].parse_result(opencode, 0)
+    assert (got.summary, got.num_turns, got.input_tokens, got.cost_usd) == ("hi", 1, 1, 0.5)
+    assert SPECS["goose"].parse_result('{"response": "did it"}', 0).summary == "did it"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4096) | st.text(max_size=2048).map(str.encode), st.none() | st.integers(-300, 300))
+def test_any_output_gives_a_result(output: bytes, code: int | None) -> None:
+    for spec in SPECS.values():
+        got = spec.parse_result(output, code)
+        assert got.is_error is (code != 0 or got.is_error)
+        json.dumps(got.to_data())

@@ -1,0 +1,152 @@
+"""`baton run`: the whole agent path on a local repository, exactly as the worker runs it.
+
+Gate, box, inspection, then one commit on a new branch `baton/run-<id>` (the
+checked-out branch is never touched). No GitHub, no Redis: an org admin can try
+a policy and an agent before installing the App. Exit 0 done (or no changes),
+3 denied by the gate, 4 inspection violation, 5 agent failed, missing or timed
+out, 1 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import orjson
+
+from worker.commands._policy_files import add_org_flag, read_doc, report
+from worker.policy import Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
+from worker.runner import inspect_git
+from worker.runner import run as runner
+
+EXIT_BAD_INPUT = 1
+REPO_POLICY = ".github/baton.yml"
+MAX_ISSUE_BYTES = 1 << 20
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run an agent on a local repository (gate, box, inspection, one commit)",
+        description="Run AGENT on the repository at PATH as the worker would, leaving the result as one "
+        "commit on a new branch baton/run-<id>. Exit 0 done or no changes, 3 denied, 4 violations, "
+        "5 agent failed/missing/timed out, 1 bad input.",
+    )
+    p.add_argument("--agent", required=True, metavar="NAME")
+    p.add_argument("--repo", required=True, metavar="PATH", help="a git repository (its HEAD is the base)")
+    issue_help = "GitHub's issue JSON (title, body), or Markdown whose first line is the title"
+    p.add_argument("--issue-file", required=True, metavar="FILE", help=issue_help)
+    add_org_flag(p)
+    policy_help = f"the repository's policy; default: {REPO_POLICY} at the base commit, if any"
+    p.add_argument("--policy", metavar="REPO.yml", help=policy_help)
+    visibility = p.add_mutually_exclusive_group()
+    visibility.add_argument("--private", dest="private", action="store_true", default=True,
+                            help="private repository (default)")  # fmt: skip
+    visibility.add_argument("--public", dest="private", action="store_false", help="public repository")
+    p.add_argument("--offline", action="store_true", help="the offline retry: no external communication")
+    p.add_argument("--route", action="append", default=[], metavar="HOST=IP:PORT",
+                   help="send a model host to a local stand-in instead of DNS (repeatable)")  # fmt: skip
+    p.add_argument("--model-url", metavar="URL", help="the model base URL given to the agent CLI")
+    p.add_argument("--json", action="store_true", help="print the run record as JSON")
+    p.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    repo = Path(args.repo)
+    try:
+        base = runner.resolve_base(repo)
+        issue = read_issue(Path(args.issue_file))
+        routes = dict(_route(r) for r in args.route)
+        org = read_doc(args.org)
+        repo_doc = read_doc(args.policy) if args.policy else _repo_policy(repo, base)
+        merged = merge(org_policy(org), repo_doc)
+    except PolicyError as exc:
+        report(exc.problems)
+        return EXIT_BAD_INPUT
+    except ValueError as exc:
+        print(f"baton run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not merged.ok:
+        report(merged.problems)
+        return EXIT_BAD_INPUT
+    policy = merged.policy
+    request = runner.RunRequest(
+        agent=args.agent, repo=repo, base=base, issue=issue, policy=policy, repo_private=args.private,
+        offline=args.offline, env_values=_env_values(policy, args.agent),
+        model_routes=routes, model_base_url=args.model_url,
+    )  # fmt: skip
+    try:
+        record = runner.run(request)
+    except UnknownAgent as exc:
+        print(f"baton run: {exc.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(orjson.dumps(record.to_data(), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode())
+    else:
+        _print(record)
+    return record.exit_status
+
+
+def _env_values(policy: Policy, agent: str) -> dict[str, str]:
+    """Only the env names the effective policy passes to this agent are read from the environment."""
+    found = policy.agents.get(agent)
+    names = set(found.env) if found is not None else set()
+    return {k: v for k, v in os.environ.items() if k in names}
+
+
+def read_issue(path: Path) -> runner.Issue:
+    """GitHub's issue JSON (``title``, ``body``), or Markdown whose first line is the title."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_ISSUE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the issue file ({exc.strerror})") from exc
+    if len(raw) > MAX_ISSUE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_ISSUE_BYTES} bytes; GitHub's issues are far smaller")
+    text = raw.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from exc
+        title, body = data.get("title"), data.get("body") or ""
+        if not isinstance(title, str) or not isinstance(body, str):
+            raise ValueError(f"{path}: an issue JSON needs a string `title` (and `body`)")
+        return runner.Issue(title, body)
+    first, _, rest = text.partition("\n")
+    title = first.lstrip("# ").strip()
+    if not title:
+        raise ValueError(f"{path}: the first line (the title) is empty")
+    return runner.Issue(title, rest.strip("\n"))
+
+
+def _route(text: str) -> tuple[str, tuple[str, int]]:
+    host, _, where = text.partition("=")
+    ip, _, port = where.rpartition(":")
+    if not host or not ip or not port.isdigit():
+        raise ValueError(f"--route {text!r}: expected HOST=IP:PORT, e.g. api.anthropic.com=127.0.0.1:8788")
+    return host.lower(), (ip, int(port))
+
+
+def _repo_policy(repo: Path, base: str) -> PolicyDoc | None:
+    """The repository's own policy file at the base commit (as the worker reads the default branch)."""
+    with inspect_git.session(repo) as git:
+        code, data, _ = git.call("cat-file", "blob", f"{base}:{REPO_POLICY}")
+    return parse(data, f"{repo}/{REPO_POLICY}") if code == 0 else None
+
+
+def _print(record: runner.RunRecord) -> None:
+    print(f"baton run {record.run_id}: {record.outcome} ({record.reason})")
+    print(f"  agent {record.agent} via {record.adapter or '-'} {record.adapter_version or ''}".rstrip())
+    print(f"  decision sha256 {record.decision_sha256}")
+    if record.box:
+        print(f"  box: network {record.box.get('network', '?')}")
+    for entry in record.egress:
+        print(f"  egress {entry}")
+    for violation in record.violations:
+        print(f"  violation {violation}")
+    if record.commit:
+        print(f"  commit {record.commit} on {record.branch}")

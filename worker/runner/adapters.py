@@ -1,0 +1,470 @@
+"""How each agent CLI is driven: one frozen spec per policy adapter name, in :data:`SPECS`.
+
+A spec says which executable to find, its argv, how the prompt reaches it (a
+file path in argv, or standard input: never the prompt's text in argv or env,
+where ``ps`` and crash reports would show it), how the tools the gate granted
+map onto the CLI's own switches (defence in depth: the box is the real bound),
+where the model base URL and key go, and how its version and result are read.
+
+:func:`build_invocation` turns a spec, the policy's agent and the gate's grant
+into an :class:`Invocation` (argv, env, stdin). It is pure but for looking the
+executable up on the PATH it is given; a missing one is :class:`AgentMissing`.
+
+Marks on the specs: [observed] was run here (claude-code 2.1.197 and codex
+0.171.0, each against a scripted model on loopback); [documented] is what the
+CLI's documentation says, not run; [inferred] is neither, and needs a real run
+before anyone relies on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from bot.errors import BatonError
+from worker.policy import Agent
+from worker.runner import results
+from worker.runner.installed import SYSTEM_PATH, install_dirs, parse_version, run_version, script_agent_source
+from worker.runner.results import AgentResult, ResultFormat
+
+AGENT_MISSING = "runner.agent_missing"
+
+#: The key given when the policy passes none but Baton routes the model: Claude Code will not start
+#: without one [observed]. Not a secret; the endpoint Baton routes to decides what it is worth.
+PLACEHOLDER_KEY = "baton-placeholder-key"
+#: For CLIs that read the prompt on stdin but want a positional prompt too. Fixed text, never issue text.
+STDIN_POINTER = "Follow the task given on standard input."
+#: A model base URL: scheme, host, optional port and path; nothing a TOML or JSON string must escape.
+_BASE_URL = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/\-]*)?")
+
+
+class PromptVia(StrEnum):
+    FILE = "file"  # {prompt_file} in argv
+    STDIN = "stdin"  # the prompt's bytes on standard input
+    FILE_AND_STDIN = "file+stdin"  # both (the generic command adapter)
+
+
+class AgentMissing(BatonError):
+    """The agent's executable is not on the PATH the runner searched."""
+
+    def __init__(self, adapter: str, executable: str, install_hint: str) -> None:
+        super().__init__(
+            AGENT_MISSING,
+            f"the {adapter} agent needs {executable}, which is not on the runner's PATH; install it "
+            f"({install_hint}) or fix the policy",
+        )
+        self.adapter = adapter
+        self.executable = executable
+        self.install_hint = install_hint
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the box runs. argv[0] is absolute when it was looked up; env holds only what Baton sets
+    (the box adds HOME and the proxy settings); stdin is fed to the process (None: /dev/null)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    stdin: bytes | None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a spec's ``configure`` hook may use."""
+
+    agent: Agent
+    granted: frozenset[str]
+    model_base_url: str | None  # validated, no trailing slash
+    key_env: str | None  # which passed env name is this CLI's model key, if any
+
+
+#: (extra argv, extra env) for what a flat template cannot say (a TOML or JSON config value).
+Configure = Callable[[Context], tuple[tuple[str, ...], Mapping[str, str]]]
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """One CLI. Placeholders in ``argv``: ``{prompt_file}``, ``{max_turns}``, ``{workspace}``."""
+
+    name: str
+    executable: str | None  # None: argv is the policy's command
+    install_hint: str
+    argv: tuple[str, ...]
+    prompt_via: PromptVia
+    result_format: ResultFormat
+    #: Asked on the host, outside the box: empty for anything Baton did not choose (a policy's command).
+    version_argv: tuple[str, ...] = ("--version",)
+    #: Baton tool -> the CLI's own tool names: granted ones follow allow_flag, the rest deny_flag.
+    tool_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    allow_flag: str | None = None
+    deny_flag: str | None = None
+    #: Extra argv per Baton tool, when granted or when not.
+    when_granted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    when_denied: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Last in argv, after the tool switches and the configure hook's argv.
+    trailing: tuple[str, ...] = ()
+    fixed_env: Mapping[str, str] = field(default_factory=dict)
+    #: (env name, suffix) set to the model base URL plus suffix when Baton routes the model.
+    base_url_env: tuple[tuple[str, str], ...] = ()
+    #: Env names this CLI reads a model key from, preferred first.
+    key_envs: tuple[str, ...] = ()
+    placeholder_key_env: str | None = None
+    #: Look the executable up here, not on the given PATH (the script agent wants the system python3).
+    system_path: str | None = None
+    #: The script agent: stdin carries its program, not the prompt.
+    stdin_program: bool = False
+    configure: Configure | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tool_names", "when_granted", "when_denied", "fixed_env"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def parse_result(self, stdout: bytes | str, exit_code: int | None) -> AgentResult:
+        """The agent's own account of its run; never raises (see :mod:`worker.runner.results`)."""
+        return results.parse(self.result_format, stdout, exit_code)
+
+
+def max_turns(agent: Agent) -> int:
+    """A turn bound from the timeout (one turn per 20 s, 10 to 200); the timeout stays the real bound."""
+    return max(10, min(200, agent.timeout // 20))
+
+
+def locate(spec: AdapterSpec, agent: Agent, search_path: str) -> str:
+    """The executable, looked up on ``search_path`` (or the spec's system path).
+
+    A policy command whose argv[0] has a slash is used as written: an absolute one
+    must be executable here; a relative one is resolved in the workspace, in the box.
+    """
+    name = spec.executable if spec.executable is not None else (agent.command or ("",))[0]
+    if not name:
+        raise AgentMissing(spec.name, "a command", "give the agent command: [...] in the org policy")
+    if "/" in name:
+        if os.path.isabs(name) and not os.access(name, os.X_OK):
+            raise AgentMissing(spec.name, name, spec.install_hint)
+        return name
+    found = shutil.which(name, path=spec.system_path or search_path)
+    if found is None:
+        raise AgentMissing(spec.name, name, spec.install_hint)
+    return os.path.abspath(found)
+
+
+def build_invocation(
+    spec: AdapterSpec,
+    agent: Agent,
+    *,
+    granted_tools: Collection[str],
+    model_base_url: str | None,
+    env_values: Mapping[str, str],
+    prompt_path: str,
+    workspace: str,
+    search_path: str,
+    prompt_text: str | None = None,
+) -> Invocation:
+    """argv, env and stdin for one run.
+
+    ``env_values``: values of the env names the policy passes; only names the agent
+    lists are used, and they never override Baton's own settings. ``prompt_path``
+    and ``workspace`` are paths as seen inside the box. ``prompt_text`` is required
+    by every adapter that reads the prompt on stdin (a ValueError says so).
+    """
+    executable = locate(spec, agent, search_path)
+    base = _base_url(model_base_url)
+    passed = _passed_env(agent, env_values)
+    key_env = next((name for name in spec.key_envs if name in passed), None)
+    granted = frozenset(granted_tools)
+
+    values = {"{prompt_file}": prompt_path, "{max_turns}": str(max_turns(agent)), "{workspace}": workspace}
+    template = spec.argv if spec.executable is not None else (agent.command or ())[1:]
+    argv = [executable, *(_substitute(token, values) for token in template), *_tool_switches(spec, granted)]
+    env = dict(passed)
+    if base is not None:
+        env.update({name: base + suffix for name, suffix in spec.base_url_env})
+        if key_env is None and spec.placeholder_key_env is not None:
+            env[spec.placeholder_key_env] = PLACEHOLDER_KEY
+    env.update(spec.fixed_env)
+    if spec.configure is not None:
+        extra_argv, extra_env = spec.configure(Context(agent, granted, base, key_env))
+        argv += extra_argv
+        env.update(extra_env)
+    argv += spec.trailing
+    env["PATH"] = f"{os.path.dirname(executable)}:{SYSTEM_PATH}" if os.path.isabs(executable) else SYSTEM_PATH
+    return Invocation(tuple(argv), MappingProxyType(dict(sorted(env.items()))), _stdin(spec, prompt_text))
+
+
+def version(spec: AdapterSpec, executable: str) -> str | None:
+    """The CLI's version (``claude --version`` -> ``2.1.197``), asked on the host; None if it will not say."""
+    return run_version([executable, *spec.version_argv] if spec.version_argv else [])
+
+
+def _base_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    if _BASE_URL.fullmatch(url) is None:
+        raise ValueError(f"{url!r} is not a model base URL like http://host:port (no query or quotes)")
+    return url.rstrip("/")
+
+
+def _passed_env(agent: Agent, env_values: Mapping[str, str]) -> dict[str, str]:
+    passed: dict[str, str] = {}
+    for name in agent.env:
+        if name in env_values:
+            value = env_values[name]
+            if not isinstance(value, str) or "\x00" in value:
+                raise ValueError(f"the value of {name} cannot go in an environment (not text, or has a NUL)")
+            passed[name] = value
+    return passed
+
+
+def _substitute(token: str, values: Mapping[str, str]) -> str:
+    for placeholder, value in values.items():
+        token = token.replace(placeholder, value)
+    return token
+
+
+def _tool_switches(spec: AdapterSpec, granted: frozenset[str]) -> list[str]:
+    allowed = [n for tool, names in spec.tool_names.items() if tool in granted for n in names]
+    denied = [n for tool, names in spec.tool_names.items() if tool not in granted for n in names]
+    argv: list[str] = []
+    if spec.allow_flag is not None and allowed:
+        argv += [spec.allow_flag, ",".join(allowed)]
+    if spec.deny_flag is not None and denied:
+        argv += [spec.deny_flag, ",".join(denied)]
+    for tool, extra in spec.when_granted.items():
+        argv += extra if tool in granted else ()
+    for tool, extra in spec.when_denied.items():
+        argv += extra if tool not in granted else ()
+    return argv
+
+
+def _stdin(spec: AdapterSpec, prompt_text: str | None) -> bytes | None:
+    if spec.stdin_program:
+        return script_agent_source()
+    if spec.prompt_via is PromptVia.FILE:
+        return None
+    if prompt_text is None:
+        raise ValueError(f"the {spec.name} adapter reads the prompt on standard input: pass prompt_text")
+    return prompt_text.encode("utf-8")
+
+
+# --- The table ---------------------------------------------------------------------------------------
+
+#: Model key env name -> provider name, for CLIs that must be told which provider a key is for.
+_PROVIDER_OF_KEY = {"ANTHROPIC_API_KEY": "anthropic", "OPENAI_API_KEY": "openai", "GOOGLE_API_KEY": "google",
+                    "GEMINI_API_KEY": "google", "OPENROUTER_API_KEY": "openrouter", "GROQ_API_KEY": "groq",
+                    "MISTRAL_API_KEY": "mistral", "DEEPSEEK_API_KEY": "deepseek"}  # fmt: skip
+_ANY_KEY = tuple(_PROVIDER_OF_KEY)
+
+
+def _codex_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    """Baton's model route as a Codex provider [observed: OPENAI_BASE_URL is not honoured, and
+    wire_api="chat" is rejected]; with no key passed, no env_key, so no Authorization [observed]."""
+    if context.model_base_url is None:
+        return (), {}
+    fields = ['name="baton"', f'base_url="{context.model_base_url}/v1"', 'wire_api="responses"']
+    if context.key_env is not None:
+        fields.append(f'env_key="{context.key_env}"')
+    return ("-c", "model_provider=baton", "-c", "model_providers.baton={" + ",".join(fields) + "}"), {}
+
+
+def _goose_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    """GOOSE_PROVIDER follows the key the policy passes [documented: GOOSE_PROVIDER, *_API_KEY]."""
+    provider = _PROVIDER_OF_KEY.get(context.key_env or "")
+    return (), ({"GOOSE_PROVIDER": provider} if provider else {})
+
+
+#: Baton tool -> opencode permission names [documented: edit, bash, webfetch; the rest inferred].
+_OPENCODE_PERMISSIONS = {"read_repo": ("read", "list"), "search_repo": ("glob", "grep"),
+                         "edit_files": ("edit",), "run_shell": ("bash",), "web_fetch": ("webfetch",),
+                         "web_search": ("websearch",)}  # fmt: skip
+_CLAUDE_TOOLS = {"read_repo": ("Read",), "search_repo": ("Glob", "Grep"),
+                 "edit_files": ("Edit", "Write", "NotebookEdit"), "run_shell": ("Bash",),
+                 "web_fetch": ("WebFetch",), "web_search": ("WebSearch",)}  # fmt: skip
+_GEMINI_TOOLS = {"run_shell": ("run_shell_command",), "web_fetch": ("web_fetch",),
+                 "web_search": ("google_web_search",)}  # fmt: skip
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    """The whole run's config in OPENCODE_CONFIG_CONTENT (merged last, over any opencode.json in the
+    repository) [documented]: every mapped permission explicit, so nothing is left to "ask"."""
+    permission = {name: "allow" if tool in context.granted else "deny"
+                  for tool, names in _OPENCODE_PERMISSIONS.items() for name in names}  # fmt: skip
+    permission["external_directory"] = "deny"
+    config: dict[str, object] = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
+                                 "share": "disabled", "permission": permission}  # fmt: skip
+    if context.model_base_url is not None:  # [inferred] provider.<id>.options.baseURL
+        url = context.model_base_url + "/v1"
+        config["provider"] = {p: {"options": {"baseURL": url}} for p in ("anthropic", "openai")}
+    return (), {"OPENCODE_CONFIG_CONTENT": json.dumps(config, sort_keys=True)}
+
+
+_SPECS = (
+    AdapterSpec(
+        # [observed] prompt on stdin with -p and no positional; the tool lists remove Bash, WebFetch and
+        # WebSearch from what the model is offered; --setting-sources user and --strict-mcp-config stop a
+        # repository's .claude/settings.json hooks and .mcp.json servers (without them a repository's
+        # SessionStart hook ran in -p mode); no key at all -> "Not logged in", rc=1.
+        name="claude-code",
+        executable="claude",
+        install_hint="npm install -g @anthropic-ai/claude-code@2.1.197",
+        argv=_words(
+            "-p --output-format json --permission-mode acceptEdits --max-turns {max_turns} "
+            "--no-session-persistence --setting-sources user --strict-mcp-config"
+        ),
+        prompt_via=PromptVia.STDIN,
+        result_format=ResultFormat.CLAUDE_JSON,
+        tool_names=_CLAUDE_TOOLS,
+        allow_flag="--allowedTools",
+        deny_flag="--disallowedTools",
+        fixed_env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+        base_url_env=(("ANTHROPIC_BASE_URL", ""),),
+        key_envs=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+        placeholder_key_env="ANTHROPIC_API_KEY",
+    ),
+    AdapterSpec(
+        # [observed] `exec ... -` reads the prompt on stdin; the three --disable flags and
+        # analytics.enabled=false leave only model traffic; runs outside a git repository. Codex's shell
+        # (exec_command) is also how it edits files, so run_shell has no switch here: the box bounds it.
+        # web_search="disabled"|"live" is accepted [observed]; its effect was not seen with a custom provider.
+        name="codex",
+        executable="codex",
+        install_hint="npm install -g @openai/codex@0.171.0",
+        argv=_words(
+            "exec --json --skip-git-repo-check -c analytics.enabled=false --disable plugins "
+            "--disable remote_plugin --disable apps --dangerously-bypass-approvals-and-sandbox"
+        ),
+        prompt_via=PromptVia.STDIN,
+        result_format=ResultFormat.CODEX_JSONL,
+        when_granted={"web_search": ("-c", 'web_search="live"')},
+        when_denied={"web_search": ("-c", 'web_search="disabled"')},
+        trailing=("-",),
+        key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
+        configure=_codex_provider,
+    ),
+    AdapterSpec(
+        # [documented] headless when --prompt is given, which is appended to stdin; --output-format json;
+        # --approval-mode; GEMINI_CLI_TRUST_WORKSPACE (an untrusted folder forces the default mode).
+        # [inferred] tools that need approval are left out in headless runs unless --allowed-tools names
+        # them; GOOGLE_GEMINI_BASE_URL (reported ignored by some versions); GEMINI_TELEMETRY_ENABLED.
+        name="gemini",
+        executable="gemini",
+        install_hint="npm install -g @google/gemini-cli",
+        argv=("--output-format", "json"),
+        prompt_via=PromptVia.STDIN,
+        result_format=ResultFormat.GEMINI_JSON,
+        tool_names=_GEMINI_TOOLS,
+        allow_flag="--allowed-tools",
+        when_granted={"edit_files": ("--approval-mode", "auto_edit")},
+        when_denied={"edit_files": ("--approval-mode", "default")},
+        trailing=("--prompt", STDIN_POINTER),
+        fixed_env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_TELEMETRY_ENABLED": "false"},
+        base_url_env=(("GOOGLE_GEMINI_BASE_URL", ""),),
+        key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    ),
+    AdapterSpec(
+        # [documented] --message-file runs one message and exits; --yes-always; --no-auto-commits.
+        # [inferred, from aider's option list as other projects use it] --no-git (the workspace has no .git;
+        # aider would offer to create one), --no-detect-urls (else a URL in the issue is scraped, and
+        # --yes-always accepts), --no-suggest-shell-commands, OPENAI_API_BASE / ANTHROPIC_API_BASE.
+        name="aider",
+        executable="aider",
+        install_hint="python -m pip install aider-install && aider-install",
+        argv=_words(
+            "--message-file {prompt_file} --yes-always --no-git --no-auto-commits --no-dirty-commits "
+            "--no-check-update --analytics-disable --no-show-release-notes --no-show-model-warnings "
+            "--no-pretty --no-fancy-input --disable-playwright"
+        ),
+        prompt_via=PromptVia.FILE,
+        result_format=ResultFormat.TEXT,
+        when_denied={"run_shell": ("--no-suggest-shell-commands",), "web_fetch": ("--no-detect-urls",)},
+        base_url_env=(("OPENAI_API_BASE", "/v1"), ("ANTHROPIC_API_BASE", "")),
+        key_envs=_ANY_KEY,
+    ),
+    AdapterSpec(
+        # [documented] goose run --instructions FILE, --no-session, --max-turns, --output-format json,
+        # --with-builtin; GOOSE_MODE=auto; OPENAI_HOST. [inferred] ANTHROPIC_HOST, GOOSE_DISABLE_KEYRING,
+        # GOOSE_TELEMETRY_ENABLED. The developer extension brings its shell with its editor: no switch
+        # splits them, so run_shell is bounded by the box alone.
+        name="goose",
+        executable="goose",
+        install_hint="see https://block.github.io/goose/docs/getting-started/installation",
+        argv=_words(
+            "run --no-session --output-format json --max-turns {max_turns} --instructions {prompt_file}"
+        ),
+        prompt_via=PromptVia.FILE,
+        result_format=ResultFormat.GOOSE_JSON,
+        when_granted={"edit_files": ("--with-builtin", "developer")},
+        fixed_env={"GOOSE_MODE": "auto", "GOOSE_DISABLE_KEYRING": "1", "GOOSE_TELEMETRY_ENABLED": "false"},
+        base_url_env=(("OPENAI_HOST", ""), ("ANTHROPIC_HOST", "")),
+        key_envs=_ANY_KEY,
+        configure=_goose_provider,
+    ),
+    AdapterSpec(
+        # [documented] `opencode run` reads a piped stdin to its end and adds it to the message;
+        # --format json; permission allow/deny; OPENCODE_CONFIG_CONTENT. [inferred] the event shapes.
+        name="opencode",
+        executable="opencode",
+        install_hint="npm install -g opencode-ai",
+        argv=("run", "--format", "json"),
+        prompt_via=PromptVia.STDIN,
+        result_format=ResultFormat.OPENCODE_JSONL,
+        trailing=(STDIN_POINTER,),
+        key_envs=_ANY_KEY,
+        configure=_opencode_config,
+    ),
+    AdapterSpec(
+        # The policy's own argv, {prompt_file} substituted, the prompt on stdin as well. Never run on the
+        # host for a version: nothing says its --version only prints one.
+        name="command",
+        executable=None,
+        install_hint="install the program the policy's command names, on the runner's PATH",
+        argv=(),
+        prompt_via=PromptVia.FILE_AND_STDIN,
+        result_format=ResultFormat.TEXT,
+        version_argv=(),
+        base_url_env=(("BATON_MODEL_BASE_URL", ""),),
+    ),
+    AdapterSpec(
+        # Baton's deterministic script agent (script_agent.py), its program on stdin to the system
+        # python3 in isolated mode, so the box needs no bind for it; the recipe comes from the prompt file.
+        name="script",
+        executable="python3",
+        install_hint="the system python3 (3.8 or newer) in /usr/bin",
+        argv=("-I", "-", "{prompt_file}"),
+        prompt_via=PromptVia.FILE,
+        result_format=ResultFormat.SCRIPT,
+        version_argv=("-I", "{script_agent}", "--version"),
+        base_url_env=(("BATON_MODEL_BASE_URL", ""),),
+        system_path=SYSTEM_PATH,
+        stdin_program=True,
+    ),
+)
+
+#: Policy adapter name -> spec; the keys are exactly worker.policy.schema.ADAPTERS.
+SPECS: Mapping[str, AdapterSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+
+__all__ = [
+    "SPECS",
+    "AdapterSpec",
+    "AgentMissing",
+    "AgentResult",
+    "Context",
+    "Invocation",
+    "PromptVia",
+    "ResultFormat",
+    "build_invocation",
+    "install_dirs",
+    "locate",
+    "max_turns",
+    "parse_version",
+    "version",
+]

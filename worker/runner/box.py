@@ -1,0 +1,587 @@
+"""The box: an agent process under bubblewrap, and an honest report of what held it.
+
+What the agent gets, every run:
+
+- its own user, pid, ipc, uts, cgroup and mount namespaces, and a network
+  namespace with loopback only unless ``network="host"``; uid/gid 1000 inside
+  (the worker's uid outside), no capabilities, no new privileges, no nested
+  user namespaces, its own session, SIGKILL when the worker dies;
+- a root built from nothing: /usr read-only (with /bin, /lib… as on the host),
+  a fresh /proc, a read-only minimal /dev with a small /dev/shm, its own /tmp,
+  ``/workspace`` (the cwd) and ``/home/agent`` read-write; nothing else of the
+  host (no /root, /home, /run, /var, /sys, /work, no worker HOME or cwd);
+- not the host's /etc but an allow-list of harmless system files (linker
+  cache, CA certificates, time zone, alternatives, protocols, services) plus
+  passwd, group, hosts and nsswitch.conf written for the box. Left out on
+  purpose: shadow/gshadow, ssh (host keys), ssl/private, gitconfig, npmrc and
+  pip.conf (credentials), environment, every service's configuration;
+- exactly the spec's environment plus what the box sets;
+- with ``network="proxy"``: a socat forwarder on 127.0.0.1:3128 to Baton's
+  egress proxy, whose UNIX socket is bound in: the only way out;
+- rlimits (file size, processes, no core dumps); a cgroup v2 memory limit
+  where the machine delegates one.
+
+bwrap aborts before starting the agent if any of it cannot be built. What can
+be checked from the host is checked on the box's first process while it waits
+(bwrap's ``--block-fd``): namespaces, uid map, capabilities, cgroup. Then the
+agent still waits for "go" on its stdin, sent once bwrap's init guards itself
+against the worker's death (see ``_Run._release``). The :class:`BoxReport`
+claims nothing more than that. No seccomp filter is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import signal as signals
+import subprocess
+import time
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from bot.errors import BatonError
+from worker.runner.probe import (
+    BOX_UID,
+    BoxReport,
+    FirstProcess,
+    Host,
+    Probe,
+    Protection,
+    first_process,
+    host,
+    join_cgroup,
+    new_cgroup,
+    report,
+    run_probe,
+    wait_in_syscall,
+)
+
+__all__ = ["AGENT_HOME", "PROXY_SOCKET", "WORKSPACE", "BoxError", "BoxReport", "BoxResult", "BoxSpec",
+           "Probe", "Protection", "probe", "run"]  # fmt: skip
+
+WORKSPACE = "/workspace"
+AGENT_HOME = "/home/agent"
+PROXY_SOCKET = "/run/baton/proxy.sock"
+PROXY_PORT = 3128
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+MiB = 1024 * 1024
+TMP_BYTES = 1024 * MiB
+SHM_BYTES = 64 * MiB
+_TMP, _SHM = "/tmp", "/dev/shm"  # noqa: S108 - the box's own tmpfs mounts, not host temp files
+Network = Literal["none", "proxy", "host"]
+_WRITABLE = (
+    WORKSPACE,
+    AGENT_HOME,
+    f"{_TMP} (tmpfs, {TMP_BYTES // MiB} MiB)",
+    f"{_SHM} (tmpfs, {SHM_BYTES // MiB} MiB)",
+)
+
+#: Set by the box; a spec's env may not name them (PATH and LANG it may override).
+RESERVED_ENV = frozenset({"HOME", "TMPDIR", "PWD", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy",
+                          "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"})  # fmt: skip
+_PROXY_ENV = {"HTTPS_PROXY": PROXY_URL, "HTTP_PROXY": PROXY_URL, "https_proxy": PROXY_URL,
+              "http_proxy": PROXY_URL, "NO_PROXY": "", "no_proxy": ""}  # fmt: skip
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Host /etc entries bound read-only when present; nothing else of the host's /etc is in the box.
+ETC_ALLOWED = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+               "ssl/certs", "ssl/openssl.cnf", "pki/tls/certs", "pki/ca-trust/extracted", "protocols",
+               "services", "mime.types", "os-release", "gai.conf", "host.conf")  # fmt: skip
+_ETC_WRITTEN = {
+    "passwd": b"root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:1000:1000:Baton agent:/home/agent:/bin/sh\n"
+    b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": b"root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n",
+    "hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tbaton\n",
+    "nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files dns\nprotocols: files\nservices: files\n",
+}
+#: No ro_bind may land on (or under) what the box mounts itself.
+_BOX_PATHS = ("/proc", "/dev", "/sys", WORKSPACE, AGENT_HOME, "/run/baton", "/etc/passwd", "/etc/group")
+#: The box's first command: nothing starts until the worker, having checked the box, sends "go" on
+#: stdin (EOF instead means the worker died: then nothing starts at all, see ``_Run._release``).
+_GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125\n'
+#: On stderr before the agent runs (so the agent cannot forge it) when the forwarder never listened.
+_FORWARDER_FAILED = b"baton-box: the proxy forwarder did not start\n"
+_FORWARDER = """(exec {socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} \\
+</dev/null >/dev/null 2>&1 &)
+ready() {{ while read -r _ l _ s _; do [ "$l $s" = "0100007F:{port:04X} 0A" ] && return 0; done \\
+</proc/net/tcp; return 1; }}
+n=0
+until ready; do
+  n=$((n+1)); [ "$n" -gt 2000 ] && {{ printf '%s\\n' '{failed}' >&2; exit 125; }}
+  sleep 0.002
+done
+"""
+
+
+class BoxError(BatonError):
+    """The box could not be built or started (``box-unavailable``, ``box-setup-failed``,
+    ``box-forwarder-failed``). An agent that fails is a :class:`BoxResult`, not this."""
+
+
+@dataclass(frozen=True)
+class BoxSpec:
+    argv: Sequence[str]
+    workspace: Path
+    home: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    ro_binds: Sequence[str | Path] = ()
+    network: Network = "none"
+    proxy_socket: Path | None = None
+    timeout_s: float = 1800.0
+    grace_s: float = 30.0
+    max_output_bytes: int = MiB
+    max_file_bytes: int | None = 1024 * MiB
+    max_processes: int | None = 1024
+    memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.argv or any(not isinstance(a, str) or "\0" in a for a in self.argv):
+            raise ValueError("argv must be a non-empty sequence of strings without NUL")
+        for name, value in self.env.items():
+            if not _ENV_NAME.fullmatch(name) or "\0" in value:
+                raise ValueError(f"env: {name!r} is not a valid name, or its value holds a NUL")
+            if name in RESERVED_ENV:
+                raise ValueError(f"env: {name} is set by the box itself")
+        if self.network not in ("none", "proxy", "host"):
+            raise ValueError(f"network must be none, proxy or host, not {self.network!r}")
+        if (self.network == "proxy") != (self.proxy_socket is not None):
+            raise ValueError('proxy_socket is required with network="proxy", and only then')
+        if self.timeout_s <= 0 or self.grace_s < 0 or self.max_output_bytes < 0:
+            raise ValueError("timeout_s must be > 0, grace_s and max_output_bytes >= 0")
+        if any(
+            n is not None and n <= 0 for n in (self.max_file_bytes, self.max_processes, self.memory_bytes)
+        ):
+            raise ValueError("max_file_bytes, max_processes and memory_bytes must be positive or None")
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "ro_binds", tuple(Path(os.path.normpath(p)) for p in self.ro_binds))
+
+
+@dataclass(frozen=True)
+class BoxResult:
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int
+    stderr_bytes: int
+    duration_s: float
+    report: BoxReport
+
+    def excerpt(
+        self, lines: int = 20, *, stream: Literal["stdout", "stderr"] | None = None, max_chars: int = 2000
+    ) -> str:
+        """The last ``lines`` lines of a stream as safe, printable text, for status messages.
+
+        ``stream=None``: stderr, or stdout if stderr is blank. Decoded with
+        replacement; terminal escape sequences removed; every other control or
+        format character (bidi overrides, zero-width ones) becomes U+FFFD.
+        """
+        chosen = stream or ("stderr" if self.stderr.strip() else "stdout")
+        return safe_tail(self.stderr if chosen == "stderr" else self.stdout, lines, max_chars)
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+                      r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")  # fmt: skip
+
+
+def safe_tail(data: bytes, lines: int, max_chars: int) -> str:
+    text = data[-max_chars * 4 :].decode("utf-8", errors="replace")
+    text = _ESCAPES.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = "".join(ch if ch == "\n" else _printable(ch) for ch in text)
+    tail = "\n".join(text.rstrip("\n").split("\n")[-lines:]) if lines > 0 else ""
+    return tail[-max_chars:]
+
+
+def _printable(ch: str) -> str:
+    kind = unicodedata.category(ch)
+    if ch == "\t" or kind == "Zs":
+        return " "
+    return "\ufffd" if kind[0] == "C" or kind in ("Zl", "Zp") else ch
+
+
+def run(spec: BoxSpec) -> BoxResult:
+    """Run ``spec.argv`` in a box and wait: at most ``timeout_s``, then SIGTERM, ``grace_s``, SIGKILL."""
+    facts = host()
+    if facts.bwrap_problem is not None:
+        raise BoxError("box-unavailable", facts.bwrap_problem)
+    _check_paths(spec)
+    if spec.network == "proxy" and not (facts.socat or "").startswith("/usr/"):
+        raise BoxError("box-unavailable", 'network="proxy" needs socat under /usr (apt-get install socat)')
+    with _Run(spec, facts) as box:
+        return box.wait()
+
+
+@cache
+def probe() -> Probe:
+    """What this machine enforces, found once per process by running two small boxes."""
+    return run_probe(lambda **fields: run(BoxSpec(**fields)), BoxError)
+
+
+def _check_paths(spec: BoxSpec) -> None:
+    for name, path in (("workspace", spec.workspace), ("home", spec.home)):
+        if not path.is_absolute() or not path.is_dir() or path.resolve() == Path("/"):
+            raise ValueError(f"{name} must be an existing directory given by absolute path, not {path}")
+    if spec.proxy_socket is not None and not spec.proxy_socket.is_socket():
+        raise ValueError(f"proxy_socket {spec.proxy_socket} is not a UNIX socket")
+    kept = [spec.workspace, spec.home, *([spec.proxy_socket] if spec.proxy_socket else [])]
+    with contextlib.suppress(RuntimeError, KeyError):
+        kept += [Path.home()] if Path.home().resolve() != Path("/") else []
+    for path in map(Path, spec.ro_binds):
+        if not path.is_absolute() or not path.exists():
+            raise ValueError(f"ro_binds: {path} is not an existing absolute path")
+        if any(str(path) == p or str(path).startswith(p + "/") for p in _BOX_PATHS):
+            raise ValueError(f"ro_binds: {path} would cover what the box mounts itself")
+        if any(k.resolve().is_relative_to(path.resolve()) for k in kept):
+            raise ValueError(
+                f"ro_binds: {path} would show the worker's home, the workspace, a home or a socket"
+            )
+
+
+class _Capture:
+    def __init__(self, cap: int) -> None:
+        self.data, self.total, self.cap = bytearray(), 0, cap
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if len(self.data) < self.cap:
+            self.data += chunk[: self.cap - len(self.data)]
+
+
+class _Run:
+    """One box from spawn until its last process is gone."""
+
+    def __init__(self, spec: BoxSpec, facts: Host) -> None:
+        self.spec, self.facts = spec, facts
+        self.out, self.err = _Capture(spec.max_output_bytes), _Capture(spec.max_output_bytes)
+        self.status = b""
+        self.seen = FirstProcess()
+        self.memory = Protection(False, "no memory limit was asked for")
+        self.child: int | None = None  # the box's init, pid 1 inside
+        self.pid_ns: int | None = None
+        self.cgroup: Path | None = None
+        self.timed_out = self.killed = False
+        self.fds: list[int] = []
+        self.started = time.monotonic()
+        self.guarded = False
+        self.pending = memoryview(b"")
+        self.proc: subprocess.Popen[bytes]
+        self.sel: selectors.BaseSelector
+
+    def _memfd(self, data: bytes) -> int:
+        fd = os.memfd_create("baton-box")
+        self.fds.append(fd)
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def __enter__(self) -> _Run:
+        spec, facts = self.spec, self.facts
+        self.status_r, status_w = os.pipe()
+        self.block_r, self.block_w = os.pipe()
+        self.fds += [self.status_r, status_w, self.block_r, self.block_w]
+        try:
+            if spec.memory_bytes is not None and facts.memory_cgroup is None:
+                self.memory = Protection(False, f"not in force: {facts.memory_cgroup_reason}")
+            elif spec.memory_bytes is not None and facts.memory_cgroup is not None:
+                try:
+                    self.cgroup = new_cgroup(facts.memory_cgroup, spec.memory_bytes)
+                except OSError as exc:
+                    self.memory = Protection(
+                        False, f"not in force: no cgroup in {facts.memory_cgroup}: {exc}"
+                    )
+            options = [*_options(spec, facts, self._memfd), "--json-status-fd", str(status_w)]
+            args_fd = self._memfd(
+                b"".join(o.encode() + b"\0" for o in [*options, "--block-fd", str(self.block_r)])
+            )
+            passed = [fd for fd in self.fds if fd not in (self.status_r, self.block_w)]
+            self.started = time.monotonic()
+            self.proc = subprocess.Popen(  # noqa: S603 - bwrap by absolute path, argv as a list
+                [facts.bwrap or "bwrap", "--args", str(args_fd), "--", *_command(spec, facts)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_env(spec),
+                cwd="/",
+                pass_fds=passed,
+                start_new_session=True,
+            )
+        except BaseException:
+            self.__exit__()
+            raise
+        for fd in passed:
+            os.close(fd)
+            self.fds.remove(fd)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        proc: subprocess.Popen[bytes] | None = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            self._kill()
+            proc.wait()
+        self._wait_box_gone()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr) if proc else ():
+            if pipe is not None:
+                pipe.close()
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
+
+    def wait(self) -> BoxResult:
+        proc, spec = self.proc, self.spec
+        if proc.stdout is None or proc.stderr is None:  # pragma: no cover - both are pipes
+            raise BoxError("box-setup-failed", "bwrap has no output pipes")
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, self.out)
+        sel.register(proc.stderr, selectors.EVENT_READ, self.err)
+        sel.register(self.status_r, selectors.EVENT_READ, None)
+        self.sel = sel
+        term_at = self.started + spec.timeout_s
+        kill_at = term_at + spec.grace_s
+        while sel.get_map() or proc.poll() is None:
+            now = time.monotonic()
+            if now >= term_at and not self.timed_out:
+                self.timed_out = True
+                self._signal_agents()
+            if now >= kill_at and not self.killed:
+                self._kill()
+            next_at = term_at if not self.timed_out else kill_at if not self.killed else now + 1
+            if not sel.get_map():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, next_at - now))
+            for key, _ in sel.select(timeout=max(0.0, next_at - now)) if sel.get_map() else ():
+                if key.data == "stdin":
+                    self._feed()
+                elif not (chunk := os.read(key.fd, 65536)):
+                    sel.unregister(key.fileobj)
+                elif isinstance(key.data, _Capture):
+                    key.data.add(chunk)
+                else:
+                    self._on_status(chunk)
+        sel.close()
+        duration = time.monotonic() - self.started
+        self._wait_box_gone()
+        return self._result(proc.returncode, duration)
+
+    def _feed(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is None:  # pragma: no cover - registered only with a stdin pipe
+            return
+        try:
+            self.pending = self.pending[os.write(stdin.fileno(), self.pending[:65536]) :]
+        except BlockingIOError:
+            return
+        except OSError:  # the agent closed its stdin: the rest is dropped
+            self.pending = self.pending[:0]
+        if not self.pending:
+            self.sel.unregister(stdin)
+            stdin.close()
+
+    def _on_status(self, chunk: bytes) -> None:
+        """bwrap's first status line names the box's init; check it, cgroup it, then let it go on."""
+        self.status += chunk
+        if self.child is not None or b"\n" not in self.status:
+            return
+        try:
+            first = json.loads(self.status.split(b"\n", 1)[0])
+            child = int(first["child-pid"])
+            ns = {k.removesuffix("-namespace"): int(v) for k, v in first.items() if k.endswith("-namespace")}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # never released: the box dies at its timeout
+        self.child, self.pid_ns = child, ns.get("pid")
+        self.seen = first_process(child, ns, self.block_r, min(self.spec.timeout_s, 10.0))
+        if self.cgroup is not None:
+            failed = join_cgroup(self.cgroup, child)
+            mem = f"cgroup v2 memory.max={self.spec.memory_bytes} bytes, no swap ({self.cgroup})"
+            self.memory = (
+                Protection(True, mem) if failed is None else Protection(False, f"not in force: {failed}")
+            )
+        with contextlib.suppress(OSError):  # the box died already
+            os.write(self.block_w, b"x")
+        self._release(child)
+
+    def _release(self, child: int) -> None:
+        """Send "go" (then the agent's stdin) once the box's init guards itself.
+
+        bwrap's init sets its own die-with-parent only after it was let go; until
+        the init waits for its children, a worker dying would leave it running. So
+        "go" goes only after that, and a worker that dies before sending it closes
+        the box's stdin instead: the gate reads EOF and the agent never starts.
+        """
+        self.guarded = wait_in_syscall(child, "wait4", None, min(self.spec.timeout_s, 10.0))
+        self.pending = memoryview(b"go\n" + (self.spec.stdin or b""))
+        if self.proc.stdin is not None:
+            os.set_blocking(self.proc.stdin.fileno(), False)
+            self.sel.register(self.proc.stdin, selectors.EVENT_WRITE, "stdin")
+
+    def _box_pids(self) -> list[int]:
+        found = []
+        for name in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                if name.isdigit() and os.stat(f"/proc/{name}/ns/pid").st_ino == self.pid_ns:
+                    found.append(int(name))
+        return found
+
+    def _signal_agents(self) -> None:
+        """SIGTERM every process in the box but its init (which ignores it anyway)."""
+        if self.child is None or self.pid_ns is None:
+            self._kill()
+            return
+        for pid in self._box_pids():
+            if pid != self.child:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signals.SIGTERM)
+
+    def _kill(self) -> None:
+        """SIGKILL the box's init (the kernel then kills its whole pid namespace) and bwrap."""
+        self.killed = True
+        if self._box_alive():
+            with contextlib.suppress(OSError):
+                os.kill(self.child or 0, signals.SIGKILL)
+        proc: subprocess.Popen[bytes] | None = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signals.SIGKILL)
+
+    def _box_alive(self) -> bool:
+        """Is the box's init still running? Once it is a zombie, its pid namespace is empty."""
+        if self.child is None:
+            return False
+        try:
+            state = Path(f"/proc/{self.child}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            same = os.stat(f"/proc/{self.child}/ns/pid").st_ino == self.pid_ns
+        except (OSError, IndexError):
+            return False
+        return same and state not in (b"Z", b"X")
+
+    def _wait_box_gone(self) -> None:
+        """bwrap is gone; the init dies with it (``--die-with-parent``), its namespace with it."""
+        deadline, delay = time.monotonic() + 5, 0.0002
+        while self._box_alive():
+            if time.monotonic() > deadline - 4:
+                self._kill()
+            if time.monotonic() > deadline:  # pragma: no cover - the kernel did not deliver SIGKILL
+                raise BoxError("box-setup-failed", f"the box's init (pid {self.child}) survived SIGKILL")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def _result(self, returncode: int, duration: float) -> BoxResult:
+        launched = any(b'"exit-code"' in line for line in self.status.splitlines()[1:])
+        stderr = bytes(self.err.data)
+        if not launched and not self.timed_out:
+            raise BoxError(
+                "box-setup-failed", "bubblewrap could not build the box: " + safe_tail(stderr, 3, 500)
+            )
+        if self.spec.network == "proxy" and returncode == 125 and stderr.startswith(_FORWARDER_FAILED):
+            raise BoxError("box-forwarder-failed", "the proxy forwarder in the box did not start listening")
+        code: int | None = returncode
+        sig: int | None = None
+        if returncode < 0:  # bwrap itself was killed
+            code, sig = None, -returncode
+        elif returncode > 128 and returncode - 128 in {s.value for s in signals.Signals}:  # bwrap's 128+n
+            code, sig = None, returncode - 128
+        return BoxResult(
+            exit_code=code,
+            signal=sig,
+            timed_out=self.timed_out,
+            stdout=bytes(self.out.data),
+            stderr=stderr,
+            stdout_bytes=self.out.total,
+            stderr_bytes=self.err.total,
+            duration_s=duration,
+            report=report(
+                self.spec.network,
+                self.spec.max_file_bytes,
+                self.spec.max_processes,
+                self.facts,
+                self.seen,
+                memory=self.memory,
+                guarded=self.guarded,
+                writable=_WRITABLE,
+                ro_binds=tuple(map(str, self.spec.ro_binds)),
+            ),
+        )
+
+
+def _options(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> list[str]:
+    """bwrap's options for ``spec``; ``memfd(content)`` gives an fd bwrap reads a written file from."""
+    opts = [
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        *(["--share-net"] * (spec.network == "host")),
+    ]
+    opts += ["--uid", str(BOX_UID), "--gid", str(BOX_UID), "--hostname", "baton"]
+    opts += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    for name, target in facts.root_links:
+        opts += ["--symlink", target, f"/{name}"] if target else ["--ro-bind", f"/{name}", f"/{name}"]
+    # Directories are bound; files are copied (a mount costs bwrap ~0.4 ms, a copy ~nothing), as are the
+    # written ones. Copies live on the root tmpfs, made read-only at the end.
+    copies = dict(_ETC_WRITTEN)
+    for entry in (*ETC_ALLOWED, *(["resolv.conf"] * (spec.network == "host"))):
+        if os.path.isdir(f"/etc/{entry}"):
+            opts += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+        else:
+            with contextlib.suppress(OSError):
+                copies.setdefault(entry, Path(f"/etc/{entry}").read_bytes())
+    for name, content in copies.items():
+        opts += ["--perms", "0444", "--file", str(memfd(content)), f"/etc/{name}"]
+    opts += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(SHM_BYTES),
+        "--tmpfs",
+        _SHM,
+        "--remount-ro",
+        "/dev",
+    ]
+    opts += ["--size", str(TMP_BYTES), "--tmpfs", _TMP]
+    opts += [
+        "--bind",
+        str(spec.workspace.resolve()),
+        WORKSPACE,
+        "--bind",
+        str(spec.home.resolve()),
+        AGENT_HOME,
+    ]
+    if spec.proxy_socket is not None:
+        opts += ["--ro-bind", str(spec.proxy_socket.resolve()), PROXY_SOCKET]
+    for path in spec.ro_binds:
+        opts += ["--ro-bind", str(path), str(path)]
+    return [*opts, "--chdir", WORKSPACE, "--remount-ro", "/"]
+
+
+def _command(spec: BoxSpec, facts: Host) -> list[str]:
+    """The gate (and the forwarder), then the rlimits, then the agent."""
+    limits = []
+    if facts.prlimit is not None:
+        limits = [facts.prlimit, "--core=0"]
+        limits += [f"--fsize={spec.max_file_bytes}"] * bool(spec.max_file_bytes)
+        limits += [f"--nproc={spec.max_processes}"] * bool(spec.max_processes)
+        limits += ["--"]
+    script = _GATE
+    if spec.network == "proxy":
+        failed = _FORWARDER_FAILED.decode().strip()
+        script += _FORWARDER.format(socat=facts.socat, port=PROXY_PORT, sock=PROXY_SOCKET, failed=failed)
+    return ["/bin/sh", "-c", script + 'exec "$@"\n', "baton-box", *limits, *spec.argv]
+
+
+def _env(spec: BoxSpec) -> dict[str, str]:
+    env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", **spec.env, "HOME": AGENT_HOME, "TMPDIR": _TMP}
+    return {**env, **_PROXY_ENV} if spec.network == "proxy" else env

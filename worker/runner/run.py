@@ -1,0 +1,239 @@
+"""One agent run, the whole path: gate → box → inspection → one commit. No GitHub here.
+
+`baton run` calls this on a local repository; the worker will call it on its
+mirror. The order is the promise: the gate decides before any process exists,
+with the probe's answer about the network cut-off as a fact; the agent sees
+only a plain copy of the base commit (no `.git`, no credentials) in a box that
+matches the decision; everything it leaves behind is inspected as hostile
+input before anything is committed, on a new branch, never the checked-out one.
+
+The run record says what happened and what was in force: the decision's digest,
+the box report, the egress log, the adapter and its version, exit status,
+durations, the diff stat, each violation, and the agent's own result fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import secrets
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.policy import ALWAYS_PROTECTED, Decision, Policy, TaskFacts, decide
+from worker.runner import adapters, box, inspect, inspect_git, prompt, proxy
+
+#: What `baton run` exits with, and what the worker records, per outcome.
+EXIT = {"done": 0, "no-changes": 0, "denied": 3, "violations": 4, "failed": 5, "timed-out": 5,
+        "agent-missing": 5}  # fmt: skip
+#: Inside the box: where the prompt file sits (the private HOME).
+PROMPT_IN_BOX = "/home/agent/.baton/prompt.md"
+COMMIT_AUTHOR = ("Baton", "baton@users.noreply.github.com")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """The issue as untrusted text: it only ever reaches the agent, inside the prompt's data blocks."""
+
+    title: str
+    body: str
+    comments: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    agent: str
+    repo: Path  # a git repository (its git dir is never visible to the agent)
+    base: str  # the commit the agent starts from
+    issue: Issue
+    policy: Policy  # the effective policy
+    repo_private: bool
+    offline: bool = False
+    run_id: str = field(default_factory=lambda: secrets.token_hex(6))
+    #: Values of the env names the policy passes to this agent (the operator's environment).
+    env_values: Mapping[str, str] = field(default_factory=dict)
+    #: Where agent CLIs are looked up on the host (their install dirs are bound read-only).
+    search_path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))
+    #: Model host -> (ip, port): a local stand-in instead of DNS (tests, the demo, trying a policy).
+    model_routes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: The model base URL given to the CLI instead of its vendor's (e.g. http://api.anthropic.com).
+    model_base_url: str | None = None
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    agent: str
+    outcome: str
+    decision_sha256: str
+    decision: dict[str, Any]
+    probe: dict[str, Any]
+    adapter: str | None = None
+    adapter_version: str | None = None
+    prompt_version: str | None = None
+    box: dict[str, Any] | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    durations: dict[str, float] = field(default_factory=dict)
+    egress: list[dict[str, Any]] = field(default_factory=list)
+    diff: dict[str, Any] | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    agent_result: dict[str, Any] | None = None
+    output_tail: str = ""
+    branch: str | None = None
+    commit: str | None = None
+    reason: str = ""
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT.get(self.outcome, 1)
+
+    def to_data(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def granted(policy: Policy, decision: Decision) -> tuple[list[str], list[str], list[str]]:
+    """The agent's tools, egress hosts and env names, less what the decision removed (``--offline``)."""
+    agent = policy.agents[decision.agent]
+    removed = {(c.kind, c.name) for c in decision.removed}
+    tools = [t for t in agent.tools if ("tool", t) not in removed]
+    egress = [h for h in agent.egress if ("egress", h) not in removed]
+    env = [e for e in agent.env if ("env", e) not in removed]
+    return tools, egress, env
+
+
+def run(request: RunRequest) -> RunRecord:
+    """Gate, box, inspection, commit. Raises UnknownAgent if the policy has no such agent."""
+    started = time.monotonic()
+    found = box.probe()
+    facts = TaskFacts(agent=request.agent, repo_private=request.repo_private, offline=request.offline,
+                      network_cutoff=found.network_cutoff)  # fmt: skip
+    decision = decide(request.policy, facts)
+    digest = hashlib.sha256(decision.to_json()).hexdigest()
+    record = RunRecord(request.run_id, request.agent, "denied", digest, decision.to_data(), found.to_data())
+    if not decision.allowed:
+        record.reason = "the trifecta gate denied this run; no process was started"
+        return record
+    agent = request.policy.agents[request.agent]
+    spec = adapters.SPECS[agent.adapter]
+    record.adapter = agent.adapter
+    try:
+        executable = adapters.locate(spec, agent, request.search_path)
+    except adapters.AgentMissing as exc:
+        record.outcome, record.reason = "agent-missing", exc.message
+        return _done(record, started)
+    record.adapter_version = adapters.version(spec, executable)
+    with tempfile.TemporaryDirectory(prefix=f"baton-run-{request.run_id}-") as tmp:
+        scratch = Path(tmp)
+        result = _run_boxed(request, decision=decision, network_cutoff=found.network_cutoff,
+                            executable=executable, scratch=scratch, record=record)  # fmt: skip
+        if result.timed_out:
+            record.outcome, record.reason = "timed-out", f"the agent ran past its {agent.timeout}s timeout"
+            return _done(record, started)
+        workspace = scratch / "workspace"
+        tree = inspect.snapshot(request.repo, workspace, request.base)
+        seen = inspect.inspect(request.repo, request.base, tree, workspace,
+                               protected=(*request.policy.protected_paths, *ALWAYS_PROTECTED),
+                               max_diff_lines=request.policy.limits.max_diff_lines)  # fmt: skip
+    _judge(request, record, result, seen, tree)
+    return _done(record, started)
+
+
+def _run_boxed(
+    request: RunRequest,
+    *,
+    decision: Decision,
+    network_cutoff: bool,
+    executable: str,
+    scratch: Path,
+    record: RunRecord,
+) -> box.BoxResult:
+    """Fill a fresh workspace from the base commit, write the prompt, run the agent in its box."""
+    agent = request.policy.agents[request.agent]
+    spec = adapters.SPECS[agent.adapter]
+    tools, egress, env_names = granted(request.policy, decision)
+    workspace, home = scratch / "workspace", scratch / "home"
+    _export(request.repo, request.base, workspace)
+    (home / ".baton").mkdir(parents=True)
+    text = prompt.render(title=request.issue.title, body=request.issue.body, comments=request.issue.comments)
+    (home / ".baton" / "prompt.md").write_text(text)
+    record.prompt_version = prompt.PROMPT_VERSION
+    invocation = adapters.build_invocation(
+        spec, agent, granted_tools=tools, model_base_url=request.model_base_url,
+        env_values={k: v for k, v in request.env_values.items() if k in env_names},
+        prompt_path=PROMPT_IN_BOX, workspace=box.WORKSPACE, search_path=request.search_path, prompt_text=text,
+    )  # fmt: skip
+    allow = sorted({*agent.model_endpoints, *egress})
+    socket_path = scratch / "proxy.sock"
+    with proxy.EgressProxy(socket_path, allow=allow, routes=dict(request.model_routes)) as egress_proxy:
+        result = box.run(box.BoxSpec(
+            argv=invocation.argv, workspace=workspace, home=home, env=invocation.env, stdin=invocation.stdin,
+            ro_binds=adapters.install_dirs(executable, search_path=request.search_path),
+            # Without a cut-off the gate already counted the shell as unrestricted egress.
+            network="proxy" if network_cutoff else "host",
+            proxy_socket=socket_path if network_cutoff else None,
+            timeout_s=float(agent.timeout),
+        ))  # fmt: skip
+        record.egress = egress_proxy.log.to_data()
+    record.box = result.report.to_data()
+    record.exit_code, record.signal, record.timed_out = result.exit_code, result.signal, result.timed_out
+    record.durations["agent_s"] = round(result.duration_s, 3)
+    record.output_tail = result.excerpt()
+    record.agent_result = spec.parse_result(result.stdout, result.exit_code).to_data()
+    return result
+
+
+def _judge(
+    request: RunRequest, record: RunRecord, result: box.BoxResult, seen: inspect.Inspection, tree: str
+) -> None:
+    """The verdict comes from the diff; the agent's exit code and own report only ever take away."""
+    record.diff = seen.stat_data()
+    record.changes = [c.to_data() for c in seen.changes]
+    record.violations = [v.to_data() for v in seen.violations]
+    said_error = bool((record.agent_result or {}).get("is_error"))
+    if seen.violations:
+        record.outcome, record.reason = "violations", "the changes break the policy; nothing was committed"
+    elif result.exit_code != 0 or said_error:
+        record.outcome, record.reason = "failed", "the agent reported failure; nothing was committed"
+    elif seen.no_changes:
+        record.outcome, record.reason = "no-changes", "the agent changed nothing"
+    else:
+        record.branch = f"baton/run-{request.run_id}"
+        record.commit = inspect.commit(request.repo, request.base, tree, branch=record.branch,
+                                       message=_message(request), author=COMMIT_AUTHOR)  # fmt: skip
+        record.outcome, record.reason = "done", f"one commit on {record.branch}"
+
+
+def _done(record: RunRecord, started: float) -> RunRecord:
+    record.durations["total_s"] = round(time.monotonic() - started, 3)
+    return record
+
+
+def _message(request: RunRequest) -> str:
+    return f"Baton run {request.run_id}: {request.agent}\n\nAgent: {request.agent}\nBase: {request.base}\n"
+
+
+def _export(repo: Path, base: str, workspace: Path) -> None:
+    """A plain copy of ``base``: no `.git`, nothing but the tree (git archive, hooks never run)."""
+    workspace.mkdir(parents=True)
+    with inspect_git.session(repo) as git:
+        archive = git.run("archive", "--format=tar", git.rev(base, "commit"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(workspace, filter="tar")  # our own commit, but no path may leave the workspace
+
+
+def resolve_base(repo: Path, ref: str = "HEAD") -> str:
+    """The commit ``ref`` names in ``repo``; ValueError (for the CLI) if there is none."""
+    try:
+        with inspect_git.session(repo) as git:
+            return git.rev(ref, "commit")
+    except (OSError, inspect_git.InspectError) as exc:
+        raise ValueError(f"{repo}: {ref} is not a commit of a git repository ({exc})") from exc
