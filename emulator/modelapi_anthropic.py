@@ -1,6 +1,6 @@
 """The Anthropic Messages API as Claude Code uses it (``POST /v1/messages``), for the model stand-in.
 
-Stream shape (see /work/shared/AGENT-CLIS.md and Anthropic's streaming docs): ``message_start``,
+Stream shape (see the shared AGENT-CLIS.md notes and Anthropic's streaming docs): ``message_start``,
 ``ping``, ``content_block_start`` (``tool_use`` with ``input: {}``, or ``text``), ``content_block_delta``
 (``input_json_delta``/``text_delta``), ``content_block_stop``, ``message_delta`` (``stop_reason``,
 ``usage.output_tokens``), ``message_stop``.

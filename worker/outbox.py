@@ -111,6 +111,13 @@ def due(client: redis.Redis, now: float | None = None, limit: int = 50) -> list[
     return [t.decode() if isinstance(t, bytes) else str(t) for t in found]
 
 
-def drain(client: redis.Redis, perform: Perform, *, limit: int = 50) -> int:
-    """Attempt every due publication (at most ``limit``); returns how many got through."""
-    return sum(attempt(client, task_id, perform) is not None for task_id in due(client, limit=limit))
+def drain(
+    client: redis.Redis, perform: Perform, *, limit: int = 50, stop: Callable[[], bool] = lambda: False
+) -> int:
+    """Attempt every due publication (at most ``limit``, until ``stop()``); returns how many got through."""
+    published = 0
+    for task_id in due(client, limit=limit):
+        if stop():
+            break
+        published += attempt(client, task_id, perform) is not None
+    return published

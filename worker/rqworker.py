@@ -27,14 +27,16 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rq import Worker
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now
+from rq.worker import WorkerStatus
 
 from bot.errors import BatonError
 from worker import context, jobs, lifecycle, outbox
@@ -61,6 +63,7 @@ class BatonWorker(Worker):
         box.probe()  # once, here: every job process forked from this one inherits the answer
         self._baton: Context | None = None
         self._rq_cleaned = 0.0
+        self._stopping = False
 
     # -- the context of this (main) process, never the one jobs use ---------------------------
 
@@ -101,17 +104,31 @@ class BatonWorker(Worker):
             self.last_cleaned_at = now()  # type: ignore[assignment]
         self._sweep(publish=True)
 
+    def _shutdown(self) -> None:
+        # RQ raises StopRequested from its signal handler when idle; a sweep in progress could
+        # catch it among its failures, so the request is also kept here and honoured after.
+        self._stopping = True
+        super()._shutdown()  # type: ignore[no-untyped-call]
+
     def _sweep(self, *, publish: bool) -> None:
         try:
-            sweep(self.baton, publish=publish)
+            sweep(self.baton, publish=publish, stop=lambda: self._stopping)
+        except StopRequested:
+            raise
         except Exception:
             log.exception("maintenance sweep failed")
+        if self._stopping and self.get_state() != WorkerStatus.BUSY:
+            raise StopRequested
 
 
-def sweep(ctx: Context, *, publish: bool) -> tuple[int, int]:
-    """End tasks whose lease ran out; with ``publish``, drain the outbox. Returns (ended, published)."""
+def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+    """End tasks whose lease ran out; with ``publish``, drain the outbox. Returns (ended, published).
+
+    ``stop`` is asked between tasks: a worker told to stop finishes the one in hand, no more."""
     ended = 0
     for task_id in lifecycle.expired_leases(ctx.redis):
+        if stop():
+            return ended, 0
         if not lifecycle.claim_expired(ctx.redis, task_id):
             continue  # renewed meanwhile, or another worker took it
         data = _job_argument(ctx, task_id)
@@ -124,7 +141,7 @@ def sweep(ctx: Context, *, publish: bool) -> tuple[int, int]:
         def act(pub: Publication) -> str:
             return perform(app, ctx.redis, pub, ctx.app_id)
 
-        published = outbox.drain(ctx.redis, act)
+        published = outbox.drain(ctx.redis, act, stop=stop)
     return ended, published
 
 

@@ -21,7 +21,7 @@ from emulator.modelapi import RECORD_NAME, ModelStandin, key_fingerprint
 from emulator.modelapi_script import ScriptError, parse_script
 
 ROOT = Path(__file__).resolve().parents[2]
-WS = "/work/checkout"
+WS = "/workspace"
 Event = tuple[str, dict[str, Any]]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from bot import queues
 from emulator import world
@@ -126,3 +127,24 @@ def test_a_killed_worker_is_noticed_by_another_within_a_minute(
     assert time.monotonic() - killed < TARGET_S
     assert lifecycle.current(stage.rdb, task_id) == lifecycle.State.FAILED
     assert "lease ran out" in (lifecycle.field(stage.rdb, task_id, "detail") or "")
+
+
+def test_a_stop_request_is_honoured_even_if_a_sweep_swallowed_it(redis_url: str) -> None:
+    """RQ raises StopRequested from its SIGTERM handler wherever an idle worker happens to be; a sweep
+    (which records every failure and goes on) must not make the worker forget it was asked to stop."""
+    from rq import Queue
+    from rq.exceptions import StopRequested
+    from rq.serializers import JSONSerializer
+    from rq.worker import WorkerStatus
+
+    from worker.rqworker import BatonWorker
+
+    conn = redis.Redis.from_url(redis_url)
+    worker = BatonWorker([Queue(queues.CONTROL.name, connection=conn, serializer=JSONSerializer)],
+                         connection=conn, serializer=JSONSerializer)  # fmt: skip
+    worker.set_state(WorkerStatus.IDLE)
+    with pytest.raises(StopRequested):
+        worker._shutdown()  # what RQ's signal handler does when the worker is idle
+    with pytest.raises(StopRequested):  # the sweep that was interrupted (and caught it) stops the loop
+        worker._sweep(publish=True)
+    conn.close()
