@@ -8,10 +8,9 @@ policy before committing it.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 
+from worker.commands import _files
 from worker.policy import (
     INVALID,
     MAX_POLICY_BYTES,
@@ -24,59 +23,19 @@ from worker.policy import (
     parse,
 )
 
-#: Opened without waiting: a FIFO with no writer must be refused, not block the command.
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a file"
-
 
 def read_bytes(path: str) -> bytes:
-    """The file's bytes, if it is a regular file of at most MAX_POLICY_BYTES.
-
-    Reads at most one byte over the limit, so /dev/zero or a huge file cannot
-    exhaust memory, and checks the type on the open descriptor, so the path
-    cannot be swapped for something else between the check and the read.
-    """
-
-    def refuse(message: str) -> PolicyError:
-        return PolicyError(INVALID, [Problem(path, 1, 1, message)])
-
+    """The file's bytes, if it is a regular file of at most MAX_POLICY_BYTES (see ``_files``)."""
     try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError as exc:
-        raise refuse(f"cannot read file: {exc.strerror}") from exc
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise refuse(f"not a regular file ({_kind(mode)}); give the path of a baton.yml file")
-        while size <= MAX_POLICY_BYTES:
-            chunk = os.read(fd, MAX_POLICY_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise refuse(f"cannot read file: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
-    if size > MAX_POLICY_BYTES:
-        raise refuse(
-            f"file is larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be; shorten it"
-        )
-    return b"".join(chunks)
+        return _files.read_limited(path, MAX_POLICY_BYTES)
+    except _files.Refused as exc:
+        message = {
+            _files.CANNOT_READ: f"cannot read file: {exc.detail}",
+            _files.NOT_REGULAR: f"not a regular file ({exc.detail}); give the path of a baton.yml file",
+            _files.TOO_LARGE: f"file is larger than {MAX_POLICY_BYTES} bytes, the most a policy file may be; "
+            "shorten it",
+        }[exc.problem]
+        raise PolicyError(INVALID, [Problem(path, 1, 1, message)]) from exc
 
 
 def read_doc(path: str | None) -> PolicyDoc | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from worker.commands import _files
 from worker.commands._policy_files import add_org_flag, read_doc, report
 from worker.policy import Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
 from worker.runner import inspect_git
@@ -100,12 +101,14 @@ def _env_values(policy: Policy, agent: str) -> dict[str, str]:
 def read_issue(path: Path) -> runner.Issue:
     """GitHub's issue JSON (``title``, ``body``), or Markdown whose first line is the title."""
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_ISSUE_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the issue file ({exc.strerror})") from exc
-    if len(raw) > MAX_ISSUE_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_ISSUE_BYTES} bytes; GitHub's issues are far smaller")
+        raw = _files.read_limited(str(path), MAX_ISSUE_BYTES)
+    except _files.Refused as exc:
+        reason = {
+            _files.CANNOT_READ: f"cannot read the issue file ({exc.detail})",
+            _files.NOT_REGULAR: f"not a regular file ({exc.detail}); give the path of an issue file",
+            _files.TOO_LARGE: f"larger than {MAX_ISSUE_BYTES} bytes; GitHub's issues are far smaller",
+        }[exc.problem]
+        raise ValueError(f"{path}: {reason}") from exc
     text = raw.decode("utf-8", errors="replace")
     if text.lstrip().startswith("{"):
         try:

@@ -83,7 +83,7 @@ def _baton_run(tmp_path: Path, repo: Path, agent: str, issue: Path, *extra: str,
     org.write_text(ORG)
     argv = [sys.executable, "-m", "bot.cli", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
             str(issue), "--org", str(org), "--json", *extra]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False,
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
                           env=env or dict(os.environ))  # fmt: skip
     record = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {"stderr": done.stderr}
     return done.returncode, record
@@ -252,3 +252,24 @@ def test_the_real_codex_cli_edits_through_the_box_and_talks_only_to_its_model(
     assert record["agent_result"]["reported_changes"] == [
         {"kind": "add", "ok": True, "path": "/workspace/hello.txt"}
     ]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "huge"])
+def test_an_issue_file_that_is_not_a_small_regular_file_is_refused_at_once(
+    tmp_path: Path, repo: Path, kind: str
+) -> None:
+    """A FIFO with no writer must not hang the command, nor /dev/zero exhaust its memory."""
+    path = tmp_path / "issue"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"# title\n" + b"x" * (1 << 20))
+    code, record = _baton_run(tmp_path, repo, "scripted", path)  # bounded by the helper's timeout
+    assert code == 1
+    expected = "larger than" if kind == "huge" else "not a regular file"
+    assert expected in record["stderr"]
+    assert _git(repo, "branch", "--list", "baton/*") == ""
