@@ -31,7 +31,7 @@ from worker import context, lifecycle, outbox
 from worker.context import Context
 from worker.handlers import AUTHORISED, HANDLERS, Result, failed
 from worker.lifecycle import State
-from worker.publish import Publication, perform
+from worker.publish import Publication, publisher
 from worker.status import render
 
 log = logging.getLogger("baton.jobs")
@@ -105,12 +105,7 @@ def publish_now(ctx: Context, task_id: str) -> str:
     """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
     if ctx.github is None:
         return "not published: the worker has no App credentials"
-    app = ctx.github
-
-    def act(pub: Publication) -> str:
-        return perform(app, ctx.redis, pub, ctx.app_id)
-
-    done = outbox.attempt(ctx.redis, task_id, act)
+    done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,6 +95,15 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
     return "; ".join(done) or "nothing to publish"
 
 
+def publisher(app: GitHubApp, cache: redis.Redis, app_id: int | None) -> Callable[[Publication], str]:
+    """``perform`` bound to one App and Redis: what the outbox calls for each publication."""
+
+    def act(pub: Publication) -> str:
+        return perform(app, cache, pub, app_id)
+
+    return act
+
+
 def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: int | None) -> str:
     """Write the issue's status comment if ``pub``'s task is the newest that has written it."""
     if pub.comment is None or pub.number is None:
@@ -152,7 +161,7 @@ return 0
 
 def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
     held = cache.get(lock)
-    return isinstance(held, bytes) and held.decode() == token
+    return held is not None and _text(held) == token
 
 
 def _release(cache: redis.Redis, lock: str, token: str) -> None:

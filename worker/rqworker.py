@@ -41,7 +41,7 @@ from rq.worker import WorkerStatus
 from bot.errors import BatonError
 from worker import context, jobs, lifecycle, outbox
 from worker.context import Context
-from worker.publish import Publication, perform
+from worker.publish import publisher
 from worker.runner import box
 
 log = logging.getLogger("baton.worker")
@@ -136,12 +136,7 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
         ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish)
     published = 0
     if publish and ctx.github is not None:
-        app = ctx.github
-
-        def act(pub: Publication) -> str:
-            return perform(app, ctx.redis, pub, ctx.app_id)
-
-        published = outbox.drain(ctx.redis, act, stop=stop)
+        published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
     return ended, published
 
 

@@ -9,18 +9,13 @@ from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, outbox
 from worker.jobs import publish_now
-from worker.publish import Publication, perform
+from worker.publish import publisher
 from worker.rqworker import sweep
 
 
 def _act(stage: Stage) -> outbox.Perform:
     assert stage.ctx.github is not None
-    app = stage.ctx.github
-
-    def act(pub: Publication) -> str:
-        return perform(app, stage.rdb, pub, stage.ctx.app_id)
-
-    return act
+    return publisher(stage.ctx.github, stage.rdb, stage.ctx.app_id)
 
 
 def _pending(stage: Stage, task_id: str) -> float | None:
