@@ -55,12 +55,8 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
     except Exception as exc:  # recorded, then re-raised for RQ
         unexpected = exc
         result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
-    publication = publication_for(ctx, task, result)
-    try:
-        stored = publication.to_json() if publication else None
-        lifecycle.move(ctx.redis, task.id, result.state, result.detail, publication=stored, **result.fields)
-    except lifecycle.IllegalMove:
-        # Another worker ended it meanwhile (its lease had run out): that ending stands.
+    published = _commit(ctx, task, result, publish=True)
+    if published is None:  # another worker ended it meanwhile (its lease had run out): that stands
         log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
         return {
             "task_id": task.id,
@@ -68,9 +64,6 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
             "state": "ended-elsewhere",
             "detail": result.detail,
         }
-    published = publish_now(ctx, task.id) if publication else "nothing to publish"
-    if publication is None:
-        lifecycle.annotate(ctx.redis, task.id, published=published)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
                             "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:
@@ -101,6 +94,21 @@ def publication_for(ctx: Context, task: Task, result: Result) -> Publication | N
     return None if pub.empty else pub
 
 
+def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str | None:
+    """The terminal move, with what to publish queued in the same transaction; then (``publish``)
+    one attempt at once. Returns what was published, or None if the task had already ended."""
+    publication = publication_for(ctx, task, result)
+    stored = publication.to_json() if publication else None
+    try:
+        lifecycle.move(ctx.redis, task.id, result.state, result.detail, publication=stored, **result.fields)
+    except lifecycle.IllegalMove:
+        return None
+    if publication is None:
+        lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
+        return "nothing to publish"
+    return publish_now(ctx, task.id) if publish else "kept in the outbox for an idle worker"
+
+
 def publish_now(ctx: Context, task_id: str) -> str:
     """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
     if ctx.github is None:
@@ -128,15 +136,8 @@ def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError, *, 
         except lifecycle.IllegalMove:
             return False
         return True
-    result = _failed(ctx, task, error)
-    publication = publication_for(ctx, task, result)
-    try:
-        lifecycle.move(ctx.redis, task_id, result.state, result.detail,
-                       publication=publication.to_json() if publication else None)  # fmt: skip
-    except lifecycle.IllegalMove:  # it ended meanwhile, by its own job or another reaper
-        return False
-    if publication is not None and publish:
-        publish_now(ctx, task_id)
+    if _commit(ctx, task, _failed(ctx, task, error), publish=publish) is None:
+        return False  # it ended meanwhile, by its own job or another sweeper
     log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
     return True
 
