@@ -4,7 +4,8 @@ Gate, box, inspection, then one commit on a new branch `baton/run-<id>` (the
 checked-out branch is never touched). No GitHub, no Redis: an org admin can try
 a policy and an agent before installing the App. Exit 0 done (or no changes),
 3 denied by the gate, 4 inspection violation, 5 agent failed, missing or timed
-out, 1 bad input.
+out, 1 bad input. (6, cancelled, comes only from the worker's `/baton cancel`;
+Ctrl-C stops `baton run`'s box and exits 130 without a record.)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run an agent on a local repository (gate, box, inspection, one commit)",
         description="Run AGENT on the repository at PATH as the worker would, leaving the result as one "
         "commit on a new branch baton/run-<id>. Exit 0 done or no changes, 3 denied, 4 violations, "
-        "5 agent failed/missing/timed out, 1 bad input.",
+        "5 agent failed/missing/timed out, 6 cancelled, 1 bad input.",
     )
     p.add_argument("--agent", required=True, metavar="NAME")
     p.add_argument("--repo", required=True, metavar="PATH", help="a git repository (its HEAD is the base)")

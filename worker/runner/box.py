@@ -38,6 +38,7 @@ import re
 import selectors
 import signal as signals
 import subprocess
+import threading
 import time
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,10 @@ PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 MiB = 1024 * 1024
+#: A cancelled box gets at most this long between SIGTERM and SIGKILL (its spec's grace_s if shorter).
+CANCEL_GRACE_S = 3.0
+#: How often a running box looks at its ``stop`` event.
+STOP_POLL_S = 0.2
 TMP_BYTES = 1024 * MiB
 SHM_BYTES = 64 * MiB
 _TMP, _SHM = "/tmp", "/dev/shm"  # noqa: S108 - the box's own tmpfs mounts, not host temp files
@@ -177,6 +182,9 @@ class BoxResult:
     stderr_bytes: int
     duration_s: float
     report: BoxReport
+    #: ``stop`` ended the box (never together with ``timed_out``: a stop during the timeout's
+    #: grace only shortens it). With ``exit_code`` and ``signal`` None, the agent never started.
+    cancelled: bool = False
 
     def excerpt(
         self, lines: int = 20, *, stream: Literal["stdout", "stderr"] | None = None, max_chars: int = 2000
@@ -210,16 +218,24 @@ def _printable(ch: str) -> str:
     return "\ufffd" if kind[0] == "C" or kind in ("Zl", "Zp") else ch
 
 
-def run(spec: BoxSpec) -> BoxResult:
-    """Run ``spec.argv`` in a box and wait: at most ``timeout_s``, then SIGTERM, ``grace_s``, SIGKILL."""
+def run(spec: BoxSpec, *, stop: threading.Event | None = None) -> BoxResult:
+    """Run ``spec.argv`` in a box and wait: at most ``timeout_s``, then SIGTERM, ``grace_s``, SIGKILL.
+
+    ``stop`` (set from another thread, e.g. on ``/baton cancel``) ends the box the same way at
+    once, with at most ``CANCEL_GRACE_S`` of grace; it is looked at every ``STOP_POLL_S``.
+    Already set before the box starts: nothing is started, and the result says ``cancelled``
+    with no exit code, so callers handle one kind of cancel, not a result and an exception.
+    """
     facts = host()
     if facts.bwrap_problem is not None:
         raise BoxError("box-unavailable", facts.bwrap_problem)
     _check_paths(spec)
     if spec.network == "proxy" and not (facts.socat or "").startswith("/usr/"):
         raise BoxError("box-unavailable", 'network="proxy" needs socat under /usr (apt-get install socat)')
+    if stop is not None and stop.is_set():
+        return _Run(spec, facts).unstarted()
     with _Run(spec, facts) as box:
-        return box.wait()
+        return box.wait(stop)
 
 
 @cache
@@ -270,7 +286,7 @@ class _Run:
         self.child: int | None = None  # the box's init, pid 1 inside
         self.pid_ns: int | None = None
         self.cgroup: Path | None = None
-        self.timed_out = self.killed = False
+        self.timed_out = self.killed = self.cancelled = False
         self.fds: list[int] = []
         self.started = time.monotonic()
         self.guarded = False
@@ -340,7 +356,7 @@ class _Run:
             with contextlib.suppress(OSError):
                 self.cgroup.rmdir()
 
-    def wait(self) -> BoxResult:
+    def wait(self, stop: threading.Event | None = None) -> BoxResult:
         proc, spec = self.proc, self.spec
         if proc.stdout is None or proc.stderr is None:  # pragma: no cover - both are pipes
             raise BoxError("box-setup-failed", "bwrap has no output pipes")
@@ -351,14 +367,18 @@ class _Run:
         self.sel = sel
         term_at = self.started + spec.timeout_s
         kill_at = term_at + spec.grace_s
+        watching = stop  # None once it was seen set
         while sel.get_map() or proc.poll() is None:
             now = time.monotonic()
-            if now >= term_at and not self.timed_out:
+            if watching is not None and watching.is_set():
+                watching, kill_at = None, self._stopped(now, kill_at)
+            if now >= term_at and not self.timed_out and not self.cancelled:
                 self.timed_out = True
                 self._signal_agents()
             if now >= kill_at and not self.killed:
                 self._kill()
-            next_at = term_at if not self.timed_out else kill_at if not self.killed else now + 1
+            next_at = now + 1 if self.killed else kill_at if self.timed_out or self.cancelled else term_at
+            next_at = next_at if watching is None else min(next_at, now + STOP_POLL_S)
             if not sel.get_map():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.0, next_at - now))
@@ -375,6 +395,13 @@ class _Run:
         duration = time.monotonic() - self.started
         self._wait_box_gone()
         return self._result(proc.returncode, duration)
+
+    def _stopped(self, now: float, kill_at: float) -> float:
+        """``stop`` is set: SIGTERM at once (unless the timeout did already); the new SIGKILL time."""
+        self.cancelled = not self.timed_out
+        if self.cancelled:
+            self._signal_agents()
+        return min(kill_at, now + min(self.spec.grace_s, CANCEL_GRACE_S))
 
     def _feed(self) -> None:
         stdin = self.proc.stdin
@@ -481,7 +508,7 @@ class _Run:
     def _result(self, returncode: int, duration: float) -> BoxResult:
         launched = any(b'"exit-code"' in line for line in self.status.splitlines()[1:])
         stderr = bytes(self.err.data)
-        if not launched and not self.timed_out:
+        if not launched and not self.timed_out and not self.cancelled:
             raise BoxError(
                 "box-setup-failed", "bubblewrap could not build the box: " + safe_tail(stderr, 3, 500)
             )
@@ -497,22 +524,34 @@ class _Run:
             exit_code=code,
             signal=sig,
             timed_out=self.timed_out,
+            cancelled=self.cancelled,
             stdout=bytes(self.out.data),
             stderr=stderr,
             stdout_bytes=self.out.total,
             stderr_bytes=self.err.total,
             duration_s=duration,
-            report=report(
-                self.spec.network,
-                self.spec.max_file_bytes,
-                self.spec.max_processes,
-                self.facts,
-                self.seen,
-                memory=self.memory,
-                guarded=self.guarded,
-                writable=_WRITABLE,
-                ro_binds=tuple(map(str, self.spec.ro_binds)),
-            ),
+            report=self._report(),
+        )
+
+    def unstarted(self) -> BoxResult:
+        """Cancelled before bwrap was started: no process, no output, nothing verified."""
+        if self.spec.memory_bytes is not None:
+            self.memory = Protection(False, "not in force: the box was cancelled before it started")
+        return BoxResult(exit_code=None, signal=None, timed_out=False, cancelled=True, stdout=b"",
+                         stderr=b"", stdout_bytes=0, stderr_bytes=0, duration_s=0.0,
+                         report=self._report())  # fmt: skip
+
+    def _report(self) -> BoxReport:
+        return report(
+            self.spec.network,
+            self.spec.max_file_bytes,
+            self.spec.max_processes,
+            self.facts,
+            self.seen,
+            memory=self.memory,
+            guarded=self.guarded,
+            writable=_WRITABLE,
+            ro_binds=tuple(map(str, self.spec.ro_binds)),
         )
 
 

@@ -252,9 +252,12 @@ def commit(
     author: tuple[str, str],
     committer: tuple[str, str] | None = None,
     date: datetime | None = None,
+    parents: Sequence[str] = (),
 ) -> str:
-    """One commit of ``tree`` on ``base``, on the new branch ``branch``; its id.
+    """One commit of ``tree`` on the new branch ``branch``; its id.
 
+    Its parents are ``parents`` in order (each must name a commit, none twice), or else
+    ``base`` alone: a worker updating a PR branch gives (the branch's tip, base).
     Author and committer are ``author`` unless ``committer`` is given; both are dated
     ``date`` (timezone-aware), or else the base commit's committer date, so the same
     inputs always make the same commit. Refuses (``inspect.branch_exists``) if the
@@ -267,13 +270,16 @@ def commit(
     if date is not None and date.utcoffset() is None:
         raise ValueError("the commit date must be timezone-aware")
     with git_.session(git_dir) as git:
-        parent, new_tree = git.rev(base, "commit"), git.rev(tree, "tree")
+        base_id, new_tree = git.rev(base, "commit"), git.rev(tree, "tree")
+        ids_of_parents = [git.rev(p, "commit") for p in parents] or [base_id]
+        if len(set(ids_of_parents)) != len(ids_of_parents):
+            raise ValueError(f"parents {list(parents)} name the same commit twice; give each once")
         ref = f"refs/heads/{branch}"
         if git.call("check-ref-format", ref)[0] != 0:
             raise ValueError(f"{branch!r} is not a valid branch name")
         if git.call("rev-parse", "--verify", "--quiet", ref)[0] == 0:
             raise InspectError(BRANCH_EXISTS, f"branch {branch!r} already exists; nothing was committed")
-        stamp = _git_date(date) if date is not None else git_.committer_date(git, parent)
+        stamp = _git_date(date) if date is not None else git_.committer_date(git, base_id)
         (a_name, a_email), (c_name, c_email) = author, committer or author
         ids = {
             "GIT_AUTHOR_NAME": a_name,
@@ -284,8 +290,9 @@ def commit(
             "GIT_COMMITTER_DATE": stamp,
         }
         text = message if message.endswith("\n") else message + "\n"
+        linked = [arg for parent in ids_of_parents for arg in ("-p", parent)]
         made = git.run(
-            "commit-tree", "--no-gpg-sign", "-p", parent, "-F", "-", new_tree, stdin=text.encode(), env=ids
+            "commit-tree", "--no-gpg-sign", *linked, "-F", "-", new_tree, stdin=text.encode(), env=ids
         )
         sha = made.decode("ascii").strip()
         code, _, _ = git.call(

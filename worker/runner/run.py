@@ -10,6 +10,10 @@ input before anything is committed, on a new branch, never the checked-out one.
 The run record says what happened and what was in force: the decision's digest,
 the box report, the egress log, the adapter and its version, exit status,
 durations, the diff stat, each violation, and the agent's own result fields.
+
+A ``stop`` event (set by whoever saw ``/baton cancel``) ends the run: before the
+box starts nothing is started, while the agent runs the box is stopped; either
+way nothing is inspected or committed.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import os
 import secrets
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +37,7 @@ from worker.runner import adapters, box, inspect, inspect_git, prompt, proxy
 
 #: What `baton run` exits with, and what the worker records, per outcome.
 EXIT = {"done": 0, "no-changes": 0, "denied": 3, "violations": 4, "failed": 5, "timed-out": 5,
-        "agent-missing": 5}  # fmt: skip
+        "agent-missing": 5, "cancelled": 6}  # fmt: skip
 #: Inside the box: where the prompt file sits (the private HOME).
 PROMPT_IN_BOX = "/home/agent/.baton/prompt.md"
 COMMIT_AUTHOR = ("Baton", "baton@users.noreply.github.com")
@@ -44,6 +50,23 @@ class Issue:
     title: str
     body: str
     comments: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class CommitSpec:
+    """How the worker wants the run's commit made (``baton run`` leaves it to the defaults)."""
+
+    #: The local branch to create in the request's repo (it must not exist), e.g. ``baton/task-<id>``.
+    branch: str
+    #: The full message; the caller adds trailers such as ``Co-authored-by``.
+    message: str
+    author: tuple[str, str]
+    committer: tuple[str, str] | None = None
+    #: The commit's parents in order, e.g. (the PR branch's tip, base); empty means (base,).
+    parents: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parents", tuple(self.parents))
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,8 @@ class RunRequest:
     model_routes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     #: The model base URL given to the CLI instead of its vendor's (e.g. http://api.anthropic.com).
     model_base_url: str | None = None
+    #: None: one commit on ``baton/run-<id>`` by COMMIT_AUTHOR with the base as its only parent.
+    commit: CommitSpec | None = None
 
 
 @dataclass
@@ -91,6 +116,10 @@ class RunRecord:
     branch: str | None = None
     commit: str | None = None
     reason: str = ""
+    #: What the agent CLI itself said the run cost (Claude Code does; Codex reports only tokens).
+    cost_usd: float | None = None
+    #: When the run began (ISO 8601, UTC, wall clock), for budget accounting.
+    started_at: str = ""
 
     @property
     def exit_status(self) -> int:
@@ -110,18 +139,26 @@ def granted(policy: Policy, decision: Decision) -> tuple[list[str], list[str], l
     return tools, egress, env
 
 
-def run(request: RunRequest) -> RunRecord:
-    """Gate, box, inspection, commit. Raises UnknownAgent if the policy has no such agent."""
+def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecord:
+    """Gate, box, inspection, commit. Raises UnknownAgent if the policy has no such agent.
+
+    ``stop``, set from another thread, cancels the run (outcome ``cancelled``): the box is
+    stopped (see ``box.run``) and nothing is inspected or committed."""
     started = time.monotonic()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     found = box.probe()
     facts = TaskFacts(agent=request.agent, repo_private=request.repo_private, offline=request.offline,
                       network_cutoff=found.network_cutoff)  # fmt: skip
     decision = decide(request.policy, facts)
     digest = hashlib.sha256(decision.to_json()).hexdigest()
-    record = RunRecord(request.run_id, request.agent, "denied", digest, decision.to_data(), found.to_data())
+    record = RunRecord(request.run_id, request.agent, "denied", digest, decision.to_data(), found.to_data(),
+                       started_at=started_at)  # fmt: skip
     if not decision.allowed:
         record.reason = "the trifecta gate denied this run; no process was started"
         return record
+    if stop is not None and stop.is_set():
+        record.outcome, record.reason = "cancelled", "cancelled before the agent started; nothing was run"
+        return _done(record, started)
     agent = request.policy.agents[request.agent]
     spec = adapters.SPECS[agent.adapter]
     record.adapter = agent.adapter
@@ -134,7 +171,10 @@ def run(request: RunRequest) -> RunRecord:
     with tempfile.TemporaryDirectory(prefix=f"baton-run-{request.run_id}-") as tmp:
         scratch = Path(tmp)
         result = _run_boxed(request, decision=decision, network_cutoff=found.network_cutoff,
-                            executable=executable, scratch=scratch, record=record)  # fmt: skip
+                            executable=executable, scratch=scratch, record=record, stop=stop)  # fmt: skip
+        if result.cancelled:
+            record.outcome, record.reason = "cancelled", _cancelled(result)
+            return _done(record, started)
         if result.timed_out:
             record.outcome, record.reason = "timed-out", f"the agent ran past its {agent.timeout}s timeout"
             return _done(record, started)
@@ -155,6 +195,7 @@ def _run_boxed(
     executable: str,
     scratch: Path,
     record: RunRecord,
+    stop: threading.Event | None,
 ) -> box.BoxResult:
     """Fill a fresh workspace from the base commit, write the prompt, run the agent in its box."""
     agent = request.policy.agents[request.agent]
@@ -181,13 +222,14 @@ def _run_boxed(
             network="proxy" if network_cutoff else "host",
             proxy_socket=socket_path if network_cutoff else None,
             timeout_s=float(agent.timeout),
-        ))  # fmt: skip
+        ), stop=stop)  # fmt: skip
         record.egress = egress_proxy.log.to_data()
     record.box = result.report.to_data()
     record.exit_code, record.signal, record.timed_out = result.exit_code, result.signal, result.timed_out
     record.durations["agent_s"] = round(result.duration_s, 3)
     record.output_tail = result.excerpt()
-    record.agent_result = spec.parse_result(result.stdout, result.exit_code).to_data()
+    said = spec.parse_result(result.stdout, result.exit_code)
+    record.agent_result, record.cost_usd = said.to_data(), said.cost_usd
     return result
 
 
@@ -206,10 +248,18 @@ def _judge(
     elif seen.no_changes:
         record.outcome, record.reason = "no-changes", "the agent changed nothing"
     else:
-        record.branch = f"baton/run-{request.run_id}"
-        record.commit = inspect.commit(request.repo, request.base, tree, branch=record.branch,
-                                       message=_message(request), author=COMMIT_AUTHOR)  # fmt: skip
+        how = request.commit or CommitSpec(f"baton/run-{request.run_id}", _message(request), COMMIT_AUTHOR)
+        record.branch = how.branch
+        record.commit = inspect.commit(request.repo, request.base, tree, branch=how.branch,
+                                       message=how.message, author=how.author, committer=how.committer,
+                                       parents=how.parents)  # fmt: skip
         record.outcome, record.reason = "done", f"one commit on {record.branch}"
+
+
+def _cancelled(result: box.BoxResult) -> str:
+    if result.exit_code is None and result.signal is None:  # the box saw the stop before it started
+        return "cancelled before the agent started; nothing was run"
+    return "cancelled while the agent ran; nothing was committed"
 
 
 def _done(record: RunRecord, started: float) -> RunRecord:

@@ -1,30 +1,42 @@
-"""Fixtures for the runner's tests: the pinned real agent CLIs, installed once per machine.
+"""Shared by the runner's tests: a small git repository, the box's two directories.
 
-`.ci/run` installs them (`.ci/agent-clis`) into ``AGENT_CLI_PREFIX``; run alone, these tests install
-them into the same cache. Only a machine without Node.js skips the tests that need them; anywhere
-else a missing CLI is a failure, because CI must run them.
-"""
+The pinned real agent CLIs are ``agent_cli_bin`` (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_PREFIX = Path.home() / ".cache" / "baton-ci" / "agent-clis"
+#: A fixed identity and no system config: the same commits on every machine.
+GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@localhost", "GIT_CONFIG_NOSYSTEM": "1"}  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def agent_cli_bin() -> Path:
-    """The directory holding the pinned `claude` and `codex` executables."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("Node.js (node, npm) is not installed here: the real agent CLIs cannot run")
-    prefix = Path(os.environ.get("AGENT_CLI_PREFIX") or DEFAULT_PREFIX)
-    done = subprocess.run(["bash", str(ROOT / ".ci" / "agent-clis"), str(prefix)],
-                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
-    assert done.returncode == 0, f".ci/agent-clis failed:\n{done.stdout}\n{done.stderr}"
-    return prefix / "node_modules" / ".bin"
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT}
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()  # fmt: skip
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with one commit on ``main``: ``app.py``."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "app.py").write_text("print('hi')\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "app")
+    return path
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A box's workspace and HOME."""
+    work, home = tmp_path / "workspace", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    return work, home

@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from emulator.modelapi import ModelStandin
-
-GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@localhost", "GIT_CONFIG_NOSYSTEM": "1"}  # fmt: skip
+from tests.worker.runner.conftest import git
 
 ORG = """\
 version: 1
@@ -53,23 +51,6 @@ agents:
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **GIT}
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                          env=env).stdout.strip()  # fmt: skip
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    _git(path, "init", "-q", "-b", "main")
-    (path / "app.py").write_text("print('hi')\n")
-    _git(path, "add", ".")
-    _git(path, "commit", "-q", "-m", "app")
-    return path
-
-
 def _issue(tmp_path: Path, steps: list[dict[str, Any]], title: str = "Add a greeting") -> Path:
     recipe = json.dumps({"version": 1, "steps": steps})
     path = tmp_path / "issue.md"
@@ -90,7 +71,7 @@ def _baton_run(tmp_path: Path, repo: Path, agent: str, issue: Path, *extra: str,
 
 
 def test_a_script_agent_run_leaves_one_commit_on_a_new_branch(tmp_path: Path, repo: Path) -> None:
-    head, branch = _git(repo, "rev-parse", "HEAD"), _git(repo, "branch", "--show-current")
+    head, branch = git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current")
     issue = _issue(tmp_path, [{"op": "write", "path": "hello.txt", "content": "hello\n"}])
     code, record = _baton_run(tmp_path, repo, "scripted", issue)
     assert code == 0, record
@@ -99,13 +80,13 @@ def test_a_script_agent_run_leaves_one_commit_on_a_new_branch(tmp_path: Path, re
     assert record["egress"] == []  # the script agent talks to nobody
     assert [(c["path"], c["kind"]) for c in record["changes"]] == [("hello.txt", "added")]
     commit = record["commit"]
-    assert _git(repo, "rev-parse", record["branch"]) == commit
-    assert _git(repo, "rev-parse", f"{commit}^") == head  # one commit, on the base
-    assert _git(repo, "show", f"{commit}:hello.txt") == "hello"
+    assert git(repo, "rev-parse", record["branch"]) == commit
+    assert git(repo, "rev-parse", f"{commit}^") == head  # one commit, on the base
+    assert git(repo, "show", f"{commit}:hello.txt") == "hello"
     # The checked-out branch and the working tree are untouched.
-    assert (_git(repo, "rev-parse", "HEAD"), _git(repo, "branch", "--show-current")) == (head, branch)
+    assert (git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current")) == (head, branch)
     assert not (repo / "hello.txt").exists()
-    assert _git(repo, "status", "--porcelain") == ""
+    assert git(repo, "status", "--porcelain") == ""
 
 
 def test_a_denied_run_starts_nothing(tmp_path: Path, repo: Path) -> None:
@@ -114,7 +95,7 @@ def test_a_denied_run_starts_nothing(tmp_path: Path, repo: Path) -> None:
     assert code == 3
     assert record["outcome"] == "denied"
     assert record["box"] is None
-    assert _git(repo, "branch", "--list", "baton/*") == ""
+    assert git(repo, "branch", "--list", "baton/*") == ""
 
 
 def test_a_change_to_a_protected_path_commits_nothing(tmp_path: Path, repo: Path) -> None:
@@ -126,7 +107,7 @@ def test_a_change_to_a_protected_path_commits_nothing(tmp_path: Path, repo: Path
         ("protected-path", ".github/workflows/ci.yml")
     ]
     assert record["commit"] is None
-    assert _git(repo, "branch", "--list", "baton/*") == ""
+    assert git(repo, "branch", "--list", "baton/*") == ""
 
 
 def test_a_missing_agent_executable_is_a_clear_failure(tmp_path: Path, repo: Path) -> None:
@@ -143,7 +124,7 @@ def test_an_agent_past_its_timeout_is_stopped_and_nothing_is_committed(tmp_path:
     assert record["outcome"] == "timed-out"
     assert record["timed_out"] is True
     assert record["durations"]["agent_s"] < 60
-    assert _git(repo, "branch", "--list", "baton/*") == ""
+    assert git(repo, "branch", "--list", "baton/*") == ""
 
 
 def test_bad_input_is_exit_1_with_a_clear_line(tmp_path: Path, repo: Path) -> None:
@@ -169,7 +150,7 @@ def test_the_real_claude_code_cli_edits_through_the_box_and_talks_only_to_its_mo
     assert code == 0, json.dumps(record, indent=1)[-3000:]
     assert record["outcome"] == "done"
     assert record["adapter_version"] == "2.1.197"
-    assert _git(repo, "show", f"{record['commit']}:hello.txt") == "hello from claude"
+    assert git(repo, "show", f"{record['commit']}:hello.txt") == "hello from claude"
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.anthropic.com", True)}
     assert requests
     assert all(r["path"].startswith(("/v1/messages", "/")) for r in requests)
@@ -246,7 +227,7 @@ def test_the_real_codex_cli_edits_through_the_box_and_talks_only_to_its_model(
         paths = {r["path"] for r in model.requests()}
     assert code == 0, json.dumps(record, indent=1)[-3000:]
     assert record["adapter_version"] == "0.171.0"
-    assert _git(repo, "show", f"{record['commit']}:hello.txt") == "hello from codex"
+    assert git(repo, "show", f"{record['commit']}:hello.txt") == "hello from codex"
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.openai.com", True)}
     assert paths == {"/v1/responses"}
     assert record["agent_result"]["reported_changes"] == [
@@ -272,4 +253,4 @@ def test_an_issue_file_that_is_not_a_small_regular_file_is_refused_at_once(
     assert code == 1
     expected = "larger than" if kind == "huge" else "not a regular file"
     assert expected in record["stderr"]
-    assert _git(repo, "branch", "--list", "baton/*") == ""
+    assert git(repo, "branch", "--list", "baton/*") == ""

@@ -30,14 +30,6 @@ PY = "/usr/bin/python3"  # the box sees the host's /usr, so the system python ru
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
 
 
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    work, home = tmp_path / "workspace", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    return work, home
-
-
 def run(dirs: tuple[Path, Path], argv: list[str], **kwargs: object) -> BoxResult:
     return box.run(BoxSpec(argv=argv, workspace=dirs[0], home=dirs[1], **kwargs))  # type: ignore[arg-type]
 

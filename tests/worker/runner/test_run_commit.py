@@ -1,0 +1,161 @@
+"""The runner as the worker calls it: its commit made as asked, cancelled by ``stop``, cost and start time.
+
+Real git repository, real box, real proxy; the agents are the script agent and, for a cost, a stand-in
+``claude`` executable found on the request's search path (the seam the runner looks agents up on).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.worker.runner.conftest import git
+from worker.policy import Policy, merge, org_policy, parse
+from worker.runner import inspect as ins
+from worker.runner import run as runner
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+
+ORG = """\
+version: 1
+agents:
+  scripted:
+    adapter: script
+    tools: [read_repo, edit_files]
+    timeout: 60s
+  claude:
+    adapter: claude-code
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.anthropic.com]
+"""
+
+#: A stand-in for Claude Code: answers --version, writes a file, reports a result with a cost.
+FAKE_CLAUDE = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "2.1.197 (Claude Code)"; exit 0; fi
+cat >/dev/null
+echo hello >hello.txt
+printf '%s\\n' '{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"Done.",\
+"total_cost_usd":0.0421,"usage":{"input_tokens":10,"output_tokens":5}}'
+"""
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return merge(org_policy(parse(ORG, "org.yml")), None).policy
+
+
+def issue(steps: list[dict[str, Any]]) -> runner.Issue:
+    recipe = json.dumps({"version": 1, "steps": steps})
+    return runner.Issue("Add a greeting", f"Please.\n\n```baton-recipe\n{recipe}\n```\n")
+
+
+def request(repo: Path, policy: Policy, steps: list[dict[str, Any]], **kwargs: Any) -> runner.RunRequest:
+    base = runner.resolve_base(repo)
+    return runner.RunRequest(agent="scripted", repo=repo, base=base, issue=issue(steps), policy=policy,
+                             repo_private=True, **kwargs)  # fmt: skip
+
+
+WRITE_HELLO = [{"op": "write", "path": "hello.txt", "content": "hello\n"}]
+
+
+def test_a_commit_spec_gives_the_commit_its_branch_parents_people_and_message(
+    repo: Path, policy: Policy
+) -> None:
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "pr")  # the PR branch as an earlier run left it
+    (repo / "earlier.txt").write_text("earlier\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "earlier run")
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    message = "Add a greeting\n\nFixes #7\n\nCo-authored-by: Alice <alice@example.com>\n"
+    how = runner.CommitSpec(branch="baton/task-7", message=message, author=("Alice", "alice@example.com"),
+                            committer=("Baton", "baton@example.com"), parents=(tip, base))  # fmt: skip
+    record = runner.run(request(repo, policy, WRITE_HELLO, commit=how))
+    assert record.outcome == "done", record.reason
+    assert (record.branch, git(repo, "rev-parse", "baton/task-7")) == ("baton/task-7", record.commit)
+    assert git(repo, "rev-list", "--parents", "-n", "1", "baton/task-7").split() == [record.commit, tip, base]
+    # The inspected tree: the base plus the agent's change (not the PR branch's own files).
+    assert git(repo, "diff-tree", "-r", "--name-status", base, "baton/task-7") == "A\thello.txt"
+    shown = git(repo, "log", "-1", "--format=%an|%ae|%cn|%ce|%at|%ct", "baton/task-7").split("|")
+    base_date = git(repo, "log", "-1", "--format=%ct", base)
+    assert shown == ["Alice", "alice@example.com", "Baton", "baton@example.com", base_date, base_date]
+    assert git(repo, "log", "-1", "--format=%B", "baton/task-7") == message.strip()
+    assert (git(repo, "rev-parse", "HEAD"), git(repo, "rev-parse", "pr")) == (base, tip)
+    assert git(repo, "branch", "--list", "baton/run-*") == ""
+
+
+def test_without_a_commit_spec_the_run_commits_as_baton_run_does(repo: Path, policy: Policy) -> None:
+    base = git(repo, "rev-parse", "HEAD")
+    before = datetime.now(UTC).replace(microsecond=0)
+    record = runner.run(request(repo, policy, WRITE_HELLO))
+    assert record.outcome == "done", record.reason
+    assert record.branch == f"baton/run-{record.run_id}"
+    assert git(repo, "rev-list", "--parents", "-n", "1", record.branch).split() == [record.commit, base]
+    assert git(repo, "log", "-1", "--format=%an|%cn", record.branch) == "Baton|Baton"
+    assert record.cost_usd is None  # the script agent reports no cost
+    started = datetime.fromisoformat(record.started_at)
+    assert started.utcoffset() == timedelta(0)
+    assert before <= started <= datetime.now(UTC)
+
+
+def test_the_agents_own_cost_is_on_the_record(tmp_path: Path, repo: Path, policy: Policy) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").write_text(FAKE_CLAUDE)
+    (bin_dir / "claude").chmod(0o755)
+    base = runner.resolve_base(repo)
+    asked = runner.RunRequest(agent="claude", repo=repo, base=base, issue=issue([]), policy=policy,
+                              repo_private=True, search_path=f"{bin_dir}:/usr/bin:/bin")  # fmt: skip
+    record = runner.run(asked)
+    assert record.outcome == "done", (record.reason, record.output_tail)
+    assert record.cost_usd == 0.0421
+    assert (record.agent_result or {}).get("cost_usd") == 0.0421
+
+
+def test_a_stop_set_before_the_run_starts_no_agent(repo: Path, policy: Policy) -> None:
+    stop = threading.Event()
+    stop.set()
+    record = runner.run(request(repo, policy, WRITE_HELLO), stop=stop)
+    assert (record.outcome, record.exit_status) == ("cancelled", 6)
+    assert "before the agent started" in record.reason
+    assert (record.box, record.adapter_version, record.diff, record.commit) == (None, None, None, None)
+    assert git(repo, "branch", "--list", "baton/*") == ""
+
+
+def test_a_stop_while_the_agent_runs_cancels_it_and_commits_nothing(repo: Path, policy: Policy) -> None:
+    steps: list[dict[str, Any]] = [*WRITE_HELLO, {"op": "sleep", "seconds": 120}]
+    stop = threading.Event()
+    timer = threading.Timer(1.5, stop.set)
+    started = time.monotonic()
+    timer.start()
+    try:
+        record = runner.run(request(repo, policy, steps), stop=stop)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 15
+    assert (record.outcome, record.exit_status, record.timed_out) == ("cancelled", 6, False)
+    assert record.reason == "cancelled while the agent ran; nothing was committed"
+    assert record.box is not None  # the box ran, and says what held it
+    assert (record.diff, record.changes, record.branch, record.commit) == (None, [], None, None)
+    assert git(repo, "branch", "--list", "baton/*") == ""
+
+
+def test_commit_parents_must_each_be_a_commit_given_once(repo: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD")
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    with pytest.raises(ins.InspectError) as caught:
+        ins.commit(repo, base, tree, branch="b1", message="m", author=("a", "a@x"), parents=("nope", base))
+    assert caught.value.code == ins.UNKNOWN_REVISION
+    with pytest.raises(ValueError, match="twice"):
+        ins.commit(repo, base, tree, branch="b2", message="m", author=("a", "a@x"), parents=(base, "main"))
+    assert git(repo, "branch", "--list", "b*") == ""
+    made = ins.commit(repo, base, tree, branch="b3", message="m", author=("a", "a@x"), parents=())
+    assert git(repo, "rev-list", "--parents", "-n", "1", made).split() == [made, base]
