@@ -9,7 +9,7 @@ repository's secrets, which is the trifecta by another door.
 
 from __future__ import annotations
 
-from worker.policy.model import Agent, Limits, Permission, Policy, Trigger
+from worker.policy.model import Agent, InstallationLimits, Limits, Permission, Policy, Trigger
 
 ALWAYS_PROTECTED: tuple[str, ...] = (".github/workflows/**", ".github/actions/**", ".github/baton.yml")
 
@@ -43,5 +43,11 @@ DEFAULT_POLICY = Policy(
     tools={},
     protected_paths=ALWAYS_PROTECTED,
     gates=(),
-    limits=Limits(max_concurrent_runs=2, max_diff_lines=2000),
+    limits=Limits(
+        max_concurrent_runs=2,
+        max_diff_lines=2000,
+        max_runs_per_day=50,
+        max_agent_minutes_per_day=600,
+        installation=InstallationLimits(),  # no installation-wide cap until the org file sets one
+    ),
 )

@@ -23,7 +23,17 @@ from worker.policy import _yaml
 from worker.policy._validate import Path, show_path, validate
 from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
 from worker.policy.errors import INVALID, PolicyError, Problem
-from worker.policy.model import Agent, Axis, Gate, Limits, Permission, Policy, Trigger, parse_duration
+from worker.policy.model import (
+    Agent,
+    Axis,
+    Gate,
+    InstallationLimits,
+    Limits,
+    Permission,
+    Policy,
+    Trigger,
+    parse_duration,
+)
 from worker.policy.schema import SCHEMA
 
 
@@ -152,8 +162,35 @@ def org_policy(doc: PolicyDoc | None) -> Policy:
         tools={name: frozenset(Axis(t) for t in tags) for name, tags in tools.items()},
         protected_paths=(*ALWAYS_PROTECTED, *d.get("paths", {}).get("protected", ())),
         gates=tuple(gate_from(g) for g in d.get("gates", ())),
-        limits=Limits(
-            max_concurrent_runs=int(limits.get("max_concurrent_runs", base.limits.max_concurrent_runs)),
-            max_diff_lines=int(limits.get("max_diff_lines", base.limits.max_diff_lines)),
-        ),
+        limits=limits_from(limits, base.limits),
+    )
+
+
+#: The per-repository limits; each one left out of the org file keeps the default.
+REPO_LIMITS = ("max_concurrent_runs", "max_diff_lines", "max_runs_per_day", "max_agent_minutes_per_day")
+
+
+def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
+    """An org file's ``limits``: ``installation`` replaces the default's as a whole, so a key
+    the org leaves out there is no installation-wide cap (not a default one)."""
+    # YAML may give 20.0 for 20 (the schema accepts it as a whole number): store ints.
+    value = {key: int(data.get(key, getattr(base, key))) for key in REPO_LIMITS}
+    installation = data.get("installation")
+    return Limits(
+        max_concurrent_runs=value["max_concurrent_runs"],
+        max_diff_lines=value["max_diff_lines"],
+        max_runs_per_day=value["max_runs_per_day"],
+        max_agent_minutes_per_day=value["max_agent_minutes_per_day"],
+        installation=base.installation if installation is None else installation_from(installation),
+    )
+
+
+def installation_from(data: Mapping[str, Any]) -> InstallationLimits:
+    def cap(key: str) -> int | None:
+        return None if data.get(key) is None else int(data[key])
+
+    return InstallationLimits(
+        max_concurrent_runs=cap("max_concurrent_runs"),
+        max_runs_per_day=cap("max_runs_per_day"),
+        max_agent_minutes_per_day=cap("max_agent_minutes_per_day"),
     )

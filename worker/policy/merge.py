@@ -5,7 +5,8 @@ file wins: here the repository is the *least* trusted party (anyone with write
 access edits it, and so can an agent's PR once merged), so it can only take
 capabilities away. A repository may remove agents, tools, hosts, bots and env
 names; add protected paths, tags and gates; raise ``min_permission``; lower
-limits and timeouts.
+limits and timeouts. Installation-wide limits (``limits.installation``) are the
+org's alone: a repository file that sets them has that key dropped and reported.
 
 The effective policy is the ceiling intersected with what the repository asked,
 item by item. Every narrowing is applied. Each widening attempt is dropped on
@@ -35,7 +36,7 @@ from typing import Any
 from worker.policy._validate import Path, show_path
 from worker.policy.catalogue import CATALOGUE
 from worker.policy.errors import WIDENING, PolicyError, Problem
-from worker.policy.load import PolicyDoc, gate_from
+from worker.policy.load import REPO_LIMITS, PolicyDoc, gate_from
 from worker.policy.model import (
     Agent,
     Axis,
@@ -244,12 +245,26 @@ def _gates(check: _Checker, ceiling: tuple[Gate, ...], d: Iterable[Mapping[str, 
 
 
 def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
-    values = {}
-    for key in ("max_concurrent_runs", "max_diff_lines"):
+    """Per-repository limits may only go down; the installation-wide ones are the org's alone."""
+    values: dict[str, int] = {}
+    for key in REPO_LIMITS:
         base = getattr(ceiling, key)
         asked = int(d.get(key, base))
         if asked > base:
             check.widen(("limits", key), f"{asked} is above the org's {base}; a repository may only lower it")
             asked = base
         values[key] = asked
-    return Limits(**values)
+    if "installation" in d:
+        check.widen(
+            ("limits", "installation"),
+            "only the org file sets installation-wide limits (they are shared by all the org's "
+            "repositories); remove it from this repository's file",
+            at_key=True,
+        )
+    return Limits(
+        max_concurrent_runs=values["max_concurrent_runs"],
+        max_diff_lines=values["max_diff_lines"],
+        max_runs_per_day=values["max_runs_per_day"],
+        max_agent_minutes_per_day=values["max_agent_minutes_per_day"],
+        installation=ceiling.installation,
+    )

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
@@ -106,9 +106,32 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class InstallationLimits:
+    """Totals across all of an installation's repositories; ``None`` is no installation-wide cap.
+
+    Only the org file sets these: a repository's file is one of many under the
+    installation, so it cannot speak for (or loosen) the others' shared budget.
+    """
+
+    max_concurrent_runs: int | None = None
+    max_runs_per_day: int | None = None
+    max_agent_minutes_per_day: int | None = None
+
+    def to_data(self) -> dict[str, int]:
+        """Only the caps that are set, so the output is itself a valid ``installation:`` mapping."""
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return {name: value for name, value in values if value is not None}
+
+
+@dataclass(frozen=True)
 class Limits:
+    """Per-repository limits (days are UTC days), plus the org's installation-wide totals."""
+
     max_concurrent_runs: int = 2
     max_diff_lines: int = 2000
+    max_runs_per_day: int = 50
+    max_agent_minutes_per_day: int = 600
+    installation: InstallationLimits = field(default_factory=InstallationLimits)
 
 
 def _frozen_map(items: Mapping[str, object] | None) -> Mapping[str, object]:
@@ -163,6 +186,9 @@ class Policy:
             "limits": {
                 "max_concurrent_runs": self.limits.max_concurrent_runs,
                 "max_diff_lines": self.limits.max_diff_lines,
+                "max_runs_per_day": self.limits.max_runs_per_day,
+                "max_agent_minutes_per_day": self.limits.max_agent_minutes_per_day,
+                "installation": self.limits.installation.to_data(),
             },
         }
 

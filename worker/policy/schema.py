@@ -47,6 +47,8 @@ def _set_of(item: dict[str, Any]) -> dict[str, Any]:
 
 
 _AXES = {"type": "string", "enum": [str(a) for a in Axis]}
+_RUNS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 1000000}
+_MINUTES_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 100000000}
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -133,9 +135,25 @@ SCHEMA: dict[str, Any] = {
         "limits": {
             "type": "object",
             "additionalProperties": False,
+            "description": "Per repository (days are UTC days). A repository may only lower them.",
             "properties": {
                 "max_concurrent_runs": {"type": "integer", "minimum": 1, "maximum": 64},
                 "max_diff_lines": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                "max_runs_per_day": _RUNS_PER_DAY,
+                "max_agent_minutes_per_day": _MINUTES_PER_DAY,
+                "installation": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "description": (
+                        "Org file only: totals across all the org's repositories. A key left out "
+                        "means no installation-wide cap; a repository file may not set this."
+                    ),
+                    "properties": {
+                        "max_concurrent_runs": {"type": "integer", "minimum": 1, "maximum": 4096},
+                        "max_runs_per_day": _RUNS_PER_DAY,
+                        "max_agent_minutes_per_day": _MINUTES_PER_DAY,
+                    },
+                },
             },
         },
     },

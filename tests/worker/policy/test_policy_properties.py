@@ -31,7 +31,7 @@ from worker.policy import (
     org_policy,
     parse,
 )
-from worker.policy.model import format_duration, parse_duration
+from worker.policy.model import InstallationLimits, format_duration, parse_duration
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALL = frozenset(Axis)
@@ -81,7 +81,19 @@ policies = st.builds(
         st.builds(Gate, name=st.sampled_from(["tests", "lint"]), run=st.just("make"), timeout=_timeouts),
         max_size=1,
     ).map(tuple),
-    limits=st.builds(Limits, max_concurrent_runs=st.integers(1, 8), max_diff_lines=st.integers(1, 5000)),
+    limits=st.builds(
+        Limits,
+        max_concurrent_runs=st.integers(1, 8),
+        max_diff_lines=st.integers(1, 5000),
+        max_runs_per_day=st.integers(1, 100),
+        max_agent_minutes_per_day=st.integers(1, 1000),
+        installation=st.builds(
+            InstallationLimits,
+            max_concurrent_runs=st.none() | st.integers(1, 20),
+            max_runs_per_day=st.none() | st.integers(1, 500),
+            max_agent_minutes_per_day=st.none() | st.integers(1, 5000),
+        ),
+    ),
 )
 
 
@@ -159,14 +171,18 @@ def repo_files(draw: st.DrawFn, ceiling: Policy) -> RepoFile:
         ]
         data["gates"] = [*gates, *([{"name": "extra", "run": "make extra"}] if draw(st.booleans()) else [])]
     if draw(st.booleans()):
-        data["limits"] = {"max_diff_lines": draw(st.integers(1, ceiling.limits.max_diff_lines))}
+        data["limits"] = {
+            key: draw(st.integers(1, getattr(ceiling.limits, key)))
+            for key in ("max_diff_lines", "max_runs_per_day", "max_agent_minutes_per_day")
+            if draw(st.booleans())
+        }
     without = _widen(draw, ceiling, data) if draw(st.booleans()) else None
     return RepoFile(data, without)
 
 
 def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> dict[str, Any]:
     """Add one widening attempt of a random kind to ``data``; return ``data`` as it was without it."""
-    kind = draw(st.sampled_from(["agent", "bot", "limit", "tag", "gate", *_AGENT_WIDENINGS]))
+    kind = draw(st.sampled_from(["agent", "bot", "limit", "installation", "tag", "gate", *_AGENT_WIDENINGS]))
     name = sorted(ceiling.agents)[0]
     entry = data.setdefault("agents", {}).setdefault(name, {})  # a bare entry inherits everything
     without = copy.deepcopy(data)
@@ -180,6 +196,8 @@ def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> dict[str, 
     elif kind == "limit":
         data.setdefault("limits", {})["max_diff_lines"] = ceiling.limits.max_diff_lines + 1
         without.get("limits", {}).pop("max_diff_lines", None)
+    elif kind == "installation":
+        data.setdefault("limits", {})["installation"] = {"max_runs_per_day": 1}  # lower, still refused
     elif kind == "tag":
         tagged = [n for n, tags in ceiling.tools.items() if tags]
         if tagged and draw(st.booleans()):
@@ -258,6 +276,9 @@ def test_effective_policy_never_exceeds_the_ceiling(data: st.DataObject) -> None
     assert len(eff.gates) >= len(ceiling.gates)
     assert eff.limits.max_concurrent_runs <= ceiling.limits.max_concurrent_runs
     assert eff.limits.max_diff_lines <= ceiling.limits.max_diff_lines
+    assert eff.limits.max_runs_per_day <= ceiling.limits.max_runs_per_day
+    assert eff.limits.max_agent_minutes_per_day <= ceiling.limits.max_agent_minutes_per_day
+    assert eff.limits.installation == ceiling.limits.installation
 
 
 @SETTINGS
@@ -284,7 +305,7 @@ def test_effective_policy_never_exceeds_what_the_repo_validly_asked(data: st.Dat
     assert set(eff.protected_paths) >= set(asked.get("paths", {}).get("protected", ()))
     _gates_within_ask(eff.gates, ceiling.gates, asked.get("gates", ()))
     for key, value in asked.get("limits", {}).items():
-        if value <= getattr(ceiling.limits, key):
+        if key != "installation" and value <= getattr(ceiling.limits, key):
             assert getattr(eff.limits, key) <= value
 
 

@@ -59,6 +59,9 @@ VALID = [
     "version: 1\npaths: {protected: ['docs/**']}\ngates: [{name: tests, run: pytest -q, timeout: 10m}]\n",
     "version: 1\nlimits: {max_concurrent_runs: 64, max_diff_lines: 1}\n",
     "version: 1.0\nlimits: {max_diff_lines: 20.0}\n",
+    "version: 1\nlimits: {max_runs_per_day: 1, max_agent_minutes_per_day: 600, installation: {}}\n",
+    "version: 1\nlimits:\n  installation: {max_concurrent_runs: 4096, max_runs_per_day: 9,\n"
+    "                 max_agent_minutes_per_day: 1}\n",
 ]
 INVALID = [
     "version: 2\n",
@@ -79,6 +82,11 @@ INVALID = [
     "version: 1\nlimits: {max_diff_lines: 1.5}\n",
     "version: 1\nlimits: {max_concurrent_runs: true}\n",
     "version: 1\nlimits: {max_concurrent_runs: 65}\n",
+    "version: 1\nlimits: {max_runs_per_day: 0}\n",
+    "version: 1\nlimits: {max_agent_minutes_per_day: 1.5}\n",
+    "version: 1\nlimits: {installation: {max_concurrent_runs: 4097}}\n",
+    "version: 1\nlimits: {installation: {max_diff_lines: 5}}\n",
+    "version: 1\nlimits: {installation: []}\n",
 ]
 
 
@@ -211,6 +219,18 @@ _DOC = st.fixed_dictionaries(
                 optional={
                     "max_concurrent_runs": _maybe(st.integers(0, 70)),
                     "max_diff_lines": _maybe(st.integers(0, 2_000_000)),
+                    "max_runs_per_day": _maybe(st.integers(0, 2_000_000)),
+                    "max_agent_minutes_per_day": _maybe(st.integers(0, 200_000_000)),
+                    "installation": _maybe(
+                        st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "max_concurrent_runs": _maybe(st.integers(0, 5000)),
+                                "max_runs_per_day": _maybe(st.integers(0, 2_000_000)),
+                                "max_agent_minutes_per_day": _maybe(st.integers(0, 200_000_000)),
+                            },
+                        )
+                    ),
                 },
             )
         ),

@@ -1,0 +1,369 @@
+"""The run budget: whether a run may start, decided before any agent does.
+
+Three things can stop a run: the issue already has one (its run lock is held),
+a scope has as many runs in progress as it allows, or a scope has spent its
+runs or agent minutes for the UTC day. A scope is one repository or one whole
+installation; a run counts against every scope it is given, so one repository
+cannot use up the installation's shared budget unnoticed.
+
+``judge`` is the pure decision. ``reserve`` reads usage, judges and records the
+reservation in one optimistic Redis transaction (WATCH / MULTI, retried on a
+conflict), so two workers racing for the last slot cannot both win.
+
+Keys: ``baton:budget:<scope key>:<YYYY-MM-DD>`` is a hash of the day's ``runs``,
+``agent_seconds`` and ``cost_usd`` plus a ``task:<id>`` marker per counted task
+(so a retried reservation counts once); it expires after three days.
+``baton:active:<scope key>`` is a sorted set of task ids scored by when their
+lease runs out: only entries still in their lease count as in progress, so a
+dead worker's run stops counting once its lease lapses, with no sweeper.
+
+Agent time is recorded when a run is released, so runs in flight are not yet in
+``agent_seconds``; ``Verdict.seconds_left`` is what the caller clamps the
+agent's timeout to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+
+import redis
+
+BUDGET_PREFIX = "baton:budget:"
+ACTIVE_PREFIX = "baton:active:"
+#: Long enough to read yesterday's totals after midnight; the keys then clean themselves up.
+BUDGET_TTL_S = 3 * 24 * 3600
+
+BUSY = "busy"
+CONCURRENT_RUNS = "concurrent-runs"
+RUNS_PER_DAY = "runs-per-day"
+AGENT_MINUTES_PER_DAY = "agent-minutes-per-day"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a budget counts: one repository (``repo:<id>``) or one installation (``installation:<id>``).
+
+    A ``None`` limit is no cap in this scope.
+    """
+
+    key: str
+    label: str
+    max_runs_per_day: int | None
+    max_agent_minutes_per_day: int | None
+    max_concurrent_runs: int | None
+
+    def __post_init__(self) -> None:
+        if not self.key or any(c.isspace() for c in self.key):
+            raise ValueError(f"scope key {self.key!r} must be non-empty with no spaces, like 'repo:123'")
+        for name in ("max_runs_per_day", "max_agent_minutes_per_day", "max_concurrent_runs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"scope {self.label}: {name} must be at least 1 or None, got {value}")
+
+    @property
+    def is_installation(self) -> bool:
+        return self.key.startswith("installation:")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A scope's usage now: runs counted today, agent seconds recorded today, runs in their lease."""
+
+    runs_today: int
+    agent_seconds_today: float
+    active: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a run may start, and if not, which limit of which scope said no.
+
+    ``used`` is runs, runs in progress, or agent minutes, matching ``code``;
+    ``setting`` is the baton.yml field that sets the limit that refused.
+    """
+
+    allowed: bool
+    code: str | None = None
+    scope: str | None = None
+    used: float | None = None
+    limit: int | None = None
+    resets_at: str | None = None
+    holder: str | None = None
+    seconds_left: float | None = None
+    setting: str | None = None
+
+    def lines(self) -> list[str]:
+        """Plain English for the issue: what stopped the run, and where the limit is set."""
+        if self.allowed:
+            return []
+        if self.code == BUSY:
+            return [
+                f"Another run (task {self.holder}) is already working on this issue; this one was not "
+                "started. Wait for that run to finish, then ask again."
+            ]
+        used = 0 if self.used is None else math.floor(self.used)
+        if self.code == CONCURRENT_RUNS:
+            first = (
+                f"{self.scope} already has {used} of its {self.limit} concurrent runs in progress; "
+                "this one was not started. Try again when one finishes."
+            )
+        elif self.code == RUNS_PER_DAY:
+            first = (
+                f"{self.scope} has used {used} of its {self.limit} runs today (UTC); "
+                f"the budget resets at {self.resets_at}."
+            )
+        else:
+            first = (
+                f"{self.scope} has used {used} of its {self.limit} agent minutes today (UTC); "
+                f"the budget resets at {self.resets_at}."
+            )
+        return [first, f"The limit is {self.setting} in baton.yml."]
+
+
+def _utc(now: datetime) -> datetime:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (budgets count UTC days); use datetime.now(UTC)")
+    return now.astimezone(UTC)
+
+
+def day(now: datetime) -> str:
+    """``YYYY-MM-DD`` of ``now`` in UTC: the day whose budget a run started at ``now`` counts in."""
+    return _utc(now).date().isoformat()
+
+
+def resets_at(now: datetime) -> str:
+    """The next UTC midnight, ISO 8601 with ``Z``."""
+    midnight = datetime.combine(_utc(now).date() + timedelta(days=1), time(0), UTC)
+    return midnight.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _setting(scope: Scope, name: str) -> str:
+    return f"limits.installation.{name}" if scope.is_installation else f"limits.{name}"
+
+
+def judge(scopes: Sequence[tuple[Scope, Usage]], now: datetime) -> Verdict:
+    """The first limit reached, checking each scope in order: concurrency, runs, then minutes.
+
+    Concurrency first because it frees up within minutes, so it is the more useful
+    thing to tell someone whose run was refused for several reasons.
+    """
+    left = [
+        max(0.0, s.max_agent_minutes_per_day * 60 - u.agent_seconds_today)
+        for s, u in scopes
+        if s.max_agent_minutes_per_day is not None
+    ]
+    seconds_left = min(left) if left else None
+    for scope, use in scopes:
+        cap = scope.max_concurrent_runs
+        if cap is not None and use.active >= cap:
+            return Verdict(
+                False, CONCURRENT_RUNS, scope.label, use.active, cap,
+                seconds_left=seconds_left, setting=_setting(scope, "max_concurrent_runs"),
+            )  # fmt: skip
+        cap = scope.max_runs_per_day
+        if cap is not None and use.runs_today >= cap:
+            return Verdict(
+                False, RUNS_PER_DAY, scope.label, use.runs_today, cap, resets_at(now),
+                seconds_left=seconds_left, setting=_setting(scope, "max_runs_per_day"),
+            )  # fmt: skip
+        cap = scope.max_agent_minutes_per_day
+        if cap is not None and use.agent_seconds_today >= cap * 60:
+            return Verdict(
+                False, AGENT_MINUTES_PER_DAY, scope.label, use.agent_seconds_today / 60, cap, resets_at(now),
+                seconds_left=seconds_left, setting=_setting(scope, "max_agent_minutes_per_day"),
+            )  # fmt: skip
+    return Verdict(True, seconds_left=seconds_left)
+
+
+# --- Redis ---------------------------------------------------------------------------------------
+
+
+def budget_key(scope: Scope, on: str) -> str:
+    return f"{BUDGET_PREFIX}{scope.key}:{on}"
+
+
+def active_key(scope: Scope) -> str:
+    return f"{ACTIVE_PREFIX}{scope.key}"
+
+
+def _text(raw: object) -> str | None:
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _number(raw: object) -> float:
+    text = _text(raw)
+    return float(text) if text else 0.0
+
+
+def _score(value: float) -> str:
+    """A timestamp as Redis (and Lua's tonumber) read it back exactly enough: never exponent form."""
+    return f"{value:.6f}"
+
+
+def _task_marker(task_id: str) -> str:
+    return f"task:{task_id}"
+
+
+def _check_task(task_id: str, lease_s: float | None = None, lock: tuple[str, int] | None = None) -> None:
+    if not task_id:
+        raise ValueError("task_id must not be empty")
+    if lease_s is not None and not (lease_s > 0 and math.isfinite(lease_s)):
+        raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s}")
+    if lock is not None and (not lock[0] or lock[1] < 1):
+        raise ValueError(f"lock must be (key, ttl_ms) with a key and ttl_ms at least 1, got {lock!r}")
+
+
+def usage(client: redis.Redis, scope: Scope, now: datetime) -> Usage:
+    """What ``scope`` has used today, as ``reserve`` would count it."""
+    runs, seconds = client.hmget(budget_key(scope, day(now)), ["runs", "agent_seconds"])
+    active = client.zcount(active_key(scope), f"({_score(now.timestamp())}", "+inf")
+    return Usage(int(_number(runs)), _number(seconds), int(active))
+
+
+def reserve(
+    client: redis.Redis,
+    scopes: Sequence[Scope],
+    *,
+    task_id: str,
+    now: datetime,
+    lease_s: float,
+    lock: tuple[str, int] | None = None,
+) -> Verdict:
+    """Judge and, if allowed, count the run in every scope and take the issue's lock, atomically.
+
+    ``lock`` is ``(key, ttl_ms)``: held by another task, the verdict is ``busy`` and
+    nothing is written; held by ``task_id`` (a retry), it is taken again. A task
+    counted today is not counted twice, and its own entries do not count against it.
+    """
+    _check_task(task_id, lease_s, lock)
+    on = day(now)
+    stamp = now.timestamp()
+    marker = _task_marker(task_id)
+    budgets = [budget_key(s, on) for s in scopes]
+    actives = [active_key(s) for s in scopes]
+    watched = [*budgets, *actives, *([lock[0]] if lock is not None else [])]
+    if not watched:
+        return Verdict(True)  # no scope and no lock: nothing to count or to hold
+    with client.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(*watched)  # type: ignore[no-untyped-call]
+                if lock is not None:
+                    holder = _text(pipe.get(lock[0]))
+                    if holder is not None and holder != task_id:
+                        return Verdict(False, BUSY, holder=holder)
+                seen: list[tuple[Scope, Usage]] = []
+                counted: list[bool] = []
+                for scope, budget, active in zip(scopes, budgets, actives, strict=True):
+                    runs, seconds, mine = pipe.hmget(budget, ["runs", "agent_seconds", marker])
+                    live = int(pipe.zcount(active, f"({_score(stamp)}", "+inf"))
+                    own = pipe.zscore(active, task_id)
+                    if own is not None and float(own) > stamp:
+                        live -= 1  # a retry's own slot is not someone else's run
+                    counted.append(mine is not None)
+                    seen.append((scope, Usage(int(_number(runs)) - counted[-1], _number(seconds), live)))
+                verdict = judge(seen, now)
+                if not verdict.allowed:
+                    return verdict
+                pipe.multi()
+                for budget, active, already in zip(budgets, actives, counted, strict=True):
+                    if not already:
+                        pipe.hincrby(budget, "runs", 1)
+                        pipe.hset(budget, marker, on)
+                    pipe.expire(budget, BUDGET_TTL_S)
+                    pipe.zremrangebyscore(active, "-inf", _score(stamp))  # lapsed leases: dead runs
+                    pipe.zadd(active, {task_id: stamp + lease_s})
+                if lock is not None:
+                    pipe.set(lock[0], task_id, px=lock[1])
+                pipe.execute()
+                return verdict
+            except redis.WatchError:
+                continue
+
+
+_RENEW = """
+local n = tonumber(ARGV[3])
+local locked = #KEYS > n
+if locked and redis.call('GET', KEYS[n + 1]) ~= ARGV[1] then return 0 end
+local kept = 1
+for i = 1, n do
+  if locked or redis.call('ZSCORE', KEYS[i], ARGV[1]) then
+    redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
+  else
+    kept = 0
+  end
+end
+if locked then redis.call('PEXPIRE', KEYS[n + 1], ARGV[4]) end
+return kept
+"""
+
+
+def renew(
+    client: redis.Redis,
+    scopes: Sequence[Scope],
+    *,
+    task_id: str,
+    now: datetime,
+    lease_s: float,
+    lock: tuple[str, int] | None = None,
+) -> bool:
+    """Extend the run's lease in every scope and its issue lock, atomically.
+
+    With ``lock``: False, and nothing extended, if the lock is no longer ours (the
+    caller should stop the agent); while it is ours the run is live (``release``
+    removes the entries and the lock together), so an entry trimmed after a late
+    renewal is put back. Without ``lock``: only existing entries are extended, and
+    False says one was gone (the run was released, or its lapsed lease trimmed).
+    """
+    _check_task(task_id, lease_s, lock)
+    keys = [active_key(s) for s in scopes] + ([lock[0]] if lock is not None else [])
+    args: list[str | int] = [task_id, _score(now.timestamp() + lease_s), len(scopes), lock[1] if lock else 0]
+    return bool(client.register_script(_RENEW)(keys=keys, args=args))
+
+
+_RELEASE = """
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  redis.call('HINCRBYFLOAT', KEYS[i], 'agent_seconds', ARGV[3])
+  if ARGV[4] ~= '' then redis.call('HINCRBYFLOAT', KEYS[i], 'cost_usd', ARGV[4]) end
+  redis.call('EXPIRE', KEYS[i], ARGV[5])
+  redis.call('ZREM', KEYS[n + i], ARGV[2])
+end
+if #KEYS > 2 * n and redis.call('GET', KEYS[2 * n + 1]) == ARGV[2] then
+  redis.call('DEL', KEYS[2 * n + 1])
+end
+return 1
+"""
+
+
+def release(
+    client: redis.Redis,
+    scopes: Sequence[Scope],
+    *,
+    task_id: str,
+    day: str,
+    agent_seconds: float,
+    cost_usd: float | None,
+    lock_key: str | None = None,
+) -> None:
+    """Record the run's agent time (and cost, if known) on ``day``, the day it started, and end it.
+
+    Not idempotent on purpose: each call reports time an agent really ran, so a
+    retried run's second attempt counts too. The lock is deleted only if it is
+    still ``task_id``'s (a lapsed lock may already be another run's).
+    """
+    _check_task(task_id)
+    for name, value in (("agent_seconds", agent_seconds), ("cost_usd", cost_usd)):
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number at least 0, got {value}")
+    datetime.strptime(day, "%Y-%m-%d")  # only checks the spelling: ValueError if it is not a day
+    keys = [budget_key(s, day) for s in scopes] + [active_key(s) for s in scopes]
+    keys += [lock_key] if lock_key is not None else []
+    cost = "" if cost_usd is None else f"{cost_usd:.6f}"
+    args: list[str | int] = [len(scopes), task_id, f"{agent_seconds:.3f}", cost, BUDGET_TTL_S]
+    client.register_script(_RELEASE)(keys=keys, args=args)
