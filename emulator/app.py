@@ -22,7 +22,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from emulator import admin, githttp, routes_apps, routes_checks, routes_issues, routes_pulls, routes_repos
+from emulator import (
+    admin,
+    githttp,
+    routes_apps,
+    routes_checks,
+    routes_issues,
+    routes_pulls,
+    routes_repos,
+    routes_users,
+)
 from emulator.auth import authenticate
 from emulator.core import ApiRequest, Emulator, Handler, RawBody, Reply, RouteSpec
 from emulator.errors import ApiError, not_found
@@ -37,6 +46,7 @@ API_ROUTES: list[RouteSpec] = [
     *routes_issues.ROUTES,
     *routes_pulls.ROUTES,
     *routes_checks.ROUTES,
+    *routes_users.ROUTES,
 ]
 _log = logging.getLogger("emulator")
 _PRIMARY_DOCS = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"

@@ -95,18 +95,41 @@ async def _run_backend(emu: Emulator, request: Request, repo: Repo, caller: Call
     proc = await asyncio.create_subprocess_exec(
         "git",
         "http-backend",
-        stdin=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE if body else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
     )
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(body), timeout=BACKEND_TIMEOUT_SECONDS)
+        out = await asyncio.wait_for(_exchange(proc, body), timeout=BACKEND_TIMEOUT_SECONDS)
     except TimeoutError:
         proc.kill()
         await proc.wait()
         return _denied(504, "git http-backend timed out")
     return _parse_cgi(out)
+
+
+async def _exchange(proc: asyncio.subprocess.Process, body: bytes) -> bytes:
+    """Feed the request body and read the answer at once (a large pack fills both pipes).
+
+    The backend may answer and exit before reading all of its input (a GET, a refusal); writing
+    then fails (uvloop says RuntimeError, asyncio BrokenPipeError), and its output is the answer."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(body)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (RuntimeError, BrokenPipeError, ConnectionResetError):
+            pass
+
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    _, out, _ = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
+    await proc.wait()
+    return out
 
 
 def routes(emu: Emulator) -> list[BaseRoute]:

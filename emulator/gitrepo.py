@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIT_TIMEOUT_SECONDS = 20.0
+#: git's empty tree: what a root commit's changes are measured against.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9._/\-]+$")
 _SHA = re.compile(r"^[0-9a-f]{4,40}$")
 _ENV = {
@@ -37,6 +39,30 @@ class CommitMeta:
     author_email: str
     timestamp: int
     message: str
+    committer_name: str = ""
+    committer_email: str = ""
+    committer_timestamp: int = 0
+
+
+_META_FORMAT = "%H%n%T%n%P%n%an%n%ae%n%at%n%cn%n%ce%n%ct%n%B"
+
+
+def _parse_meta(record: str) -> CommitMeta:
+    sha, tree, parents, name, email, when, c_name, c_email, c_when, message = (
+        record.split("\n", 9) + [""] * 10
+    )[:10]
+    return CommitMeta(
+        sha,
+        tree,
+        tuple(parents.split()),
+        name,
+        email,
+        int(when or 0),
+        message.rstrip("\n"),
+        committer_name=c_name,
+        committer_email=c_email,
+        committer_timestamp=int(c_when or 0),
+    )
 
 
 class GitError(Exception):
@@ -109,6 +135,8 @@ class GitRepo:
         if not safe_ref(ref):
             return None
         candidates = [ref] if _SHA.match(ref) or ref.startswith("refs/") else []
+        if ref.startswith(("heads/", "tags/")):  # GitHub's documented ``heads/<branch>`` form
+            candidates.append(f"refs/{ref}")
         candidates += [f"refs/heads/{ref}", f"refs/tags/{ref}"]
         for candidate in candidates:
             try:
@@ -130,12 +158,15 @@ class GitRepo:
         return out.decode().strip() or None
 
     def commit_meta(self, sha: str) -> CommitMeta:
-        """Tree, parents, author and message of one commit (for branch and commit shapes)."""
-        out = self._git("show", "-s", "--format=%T%n%P%n%an%n%ae%n%at%n%B", sha).decode("utf-8", "replace")
-        tree, parents, name, email, when, message = (out.split("\n", 5) + [""] * 6)[:6]
-        return CommitMeta(
-            sha, tree, tuple(parents.split()), name, email, int(when or 0), message.rstrip("\n")
-        )
+        """Tree, parents, author, committer and the full message (trailers included) of one commit."""
+        return self.commit_metas([sha])[0]
+
+    def commit_metas(self, shas: list[str]) -> list[CommitMeta]:
+        """:meth:`commit_meta` for many commits in one ``git log`` (a page of a pull's commits)."""
+        if not shas:
+            return []
+        out = self._git("log", "--no-walk=unsorted", "-z", f"--format={_META_FORMAT}", *shas, "--")
+        return [_parse_meta(record) for record in out.decode("utf-8", "replace").split("\0") if record]
 
     def branches(self) -> dict[str, str]:
         """Every branch name and its tip."""
@@ -187,6 +218,13 @@ class GitRepo:
             return []
         out = self._git("rev-list", "--reverse", head, "--not", *exclude, "--")
         return out.decode().split()[-limit:]
+
+    def range_commits(self, base: str, head: str, limit: int) -> list[str]:
+        """Commits in ``base..head``, oldest first, the first ``limit`` of them (a pull's commit list)."""
+        if not (_SHA.match(base) and _SHA.match(head)):
+            return []
+        out = self._git("rev-list", "--reverse", "--topo-order", head, "--not", base, "--")
+        return out.decode().split()[:limit]
 
     def touched(self, sha: str) -> tuple[list[str], list[str], list[str]]:
         """(added, removed, modified) paths of one commit against its first parent."""

@@ -1,8 +1,10 @@
-"""Pull requests: create (→ ``pull_request.opened``), get, list, changed files, all from git.
+"""Pull requests: create (→ ``pull_request.opened``), get, list, update, changed files, commits.
 
 Also the changes only a person makes here (draft ↔ ready for review, and the
 checks GitHub runs before reopening); closing and reopening go through
-:func:`emulator.routes_issues.change_state`, as on GitHub.
+:func:`emulator.routes_issues.change_state`, as on GitHub. The single-commit
+read (``GET …/commits/{ref}``) lives here too, next to the pull's commit list
+it shares a shape with.
 
 A pull's head and base SHAs are read from the branches on every request, so a
 push to the head branch shows up exactly as it does on GitHub.
@@ -10,15 +12,26 @@ push to the head branch shows up exactly as it does on GitHub.
 
 from __future__ import annotations
 
-from emulator import shapes_items
+import json
+from typing import Any
+
+from starlette.convertors import Convertor, register_url_convertor
+
+from emulator import shapes, shapes_items
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
-from emulator.errors import ApiError, not_found, validation_failed
-from emulator.gitrepo import safe_ref
+from emulator.errors import ApiError, invalid_request, not_found, validation_failed
+from emulator.gitrepo import EMPTY_TREE, safe_ref
 from emulator.state import App, Delivery, Issue, Pull, Repo
 from emulator.types import JSONObject
 
 _CREATE_DOCS = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request"
 _UPDATE_DOCS = "https://docs.github.com/rest/pulls/pulls#update-a-pull-request"
+_GET_DOCS = "https://docs.github.com/rest/pulls/pulls#get-a-pull-request"
+_COMMIT_DOCS = "https://docs.github.com/rest/commits/commits#get-a-commit"
+#: GitHub lists at most this many commits of a pull request.
+MAX_PULL_COMMITS = 250
+#: The single-commit read lists at most this many files (GitHub pages the rest; we stop).
+MAX_COMMIT_FILES = 300
 
 
 def pull_shas(emu: Emulator, repo: Repo, pull: Pull) -> tuple[str, str]:
@@ -78,7 +91,8 @@ def check_reopenable(emu: Emulator, repo: Repo, pull: Pull) -> None:
     if emu.git(repo).branch_sha(pull.head_ref) is None:
         message = f"state cannot be changed. The {pull.head_ref} branch has been deleted."
         raise validation_failed(
-            [{"resource": "PullRequest", "code": "custom", "message": message}], _UPDATE_DOCS
+            [{"resource": "PullRequest", "code": "custom", "field": "state", "message": message}],
+            _UPDATE_DOCS,
         )
     _refuse_duplicate(emu, repo, pull.head_ref, pull.base_ref, _UPDATE_DOCS)
 
@@ -121,11 +135,11 @@ def open_pull(
     git = emu.git(repo)
     head_sha = git.branch_sha(head_ref) if safe_ref(head_ref) else None
     base_sha = git.branch_sha(base_ref) if safe_ref(base_ref) else None
-    errors = []
-    if head_sha is None:
-        errors.append({"resource": "PullRequest", "field": "head", "code": "invalid"})
+    errors = []  # GitHub names a bad base before a bad head
     if base_sha is None:
         errors.append({"resource": "PullRequest", "field": "base", "code": "invalid"})
+    if head_sha is None:
+        errors.append({"resource": "PullRequest", "field": "head", "code": "invalid"})
     if errors or head_sha is None or base_sha is None:
         raise validation_failed(errors, _CREATE_DOCS)
     _refuse_duplicate(emu, repo, head_ref, base_ref, _CREATE_DOCS)
@@ -192,10 +206,10 @@ async def create_pull(req: ApiRequest) -> Reply:
     return Reply(out, status=201, headers={"location": out["url"]})
 
 
-def _pull(req: ApiRequest, repo: Repo) -> Pull:
+def _pull(req: ApiRequest, repo: Repo, docs: str = _GET_DOCS) -> Pull:
     found = req.state.pull(repo.full_name, req.int_param("pull_number"))
     if found is None:
-        raise not_found()
+        raise not_found(docs)
     return found
 
 
@@ -218,13 +232,19 @@ async def list_pulls(req: ApiRequest) -> Reply:
         item = req.state.issue(repo.full_name, pull.number)
         if pull.repo != repo.full_name or item is None or wanted not in {"all", item.state}:
             continue
-        if (head := req.query("head")) and head.split(":")[-1] != pull.head_ref:
+        if (head := req.query("head")) and not _head_matches(repo, pull, head):
             continue
         if (base_ref := req.query("base")) and base_ref != pull.base_ref:
             continue
         pulls.append(pull)
     page, headers = paginate(req, pulls)
     return Reply([render_pull(req.emu, req.base, repo, p) for p in page], headers=headers)
+
+
+def _head_matches(repo: Repo, pull: Pull, head: str) -> bool:
+    """``head=owner:branch`` (GitHub's form) or a bare branch; another owner's branch never matches."""
+    owner, _, ref = head.rpartition(":")
+    return ref == pull.head_ref and (not owner or owner.lower() == repo.owner.lower())
 
 
 async def list_files(req: ApiRequest) -> Reply:
@@ -238,9 +258,181 @@ async def list_files(req: ApiRequest) -> Reply:
     return Reply([shapes_items.diff_entry(req.base, repo, c, head_sha) for c in page], headers=headers)
 
 
+def _string_or_null(body: JSONObject, name: str) -> str | None:
+    """A field the schema types as a string; null counts as absent."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise invalid_request(f"For 'properties/{name}', {_shown(value)} is not a string.", _UPDATE_DOCS)
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A value as GitHub's schema errors print it (JSON for scalars)."""
+    return json.dumps(value)
+
+
+def _edits(req: ApiRequest, repo: Repo, item: Issue, pull: Pull, body: JSONObject) -> dict[str, Any]:
+    """Validate a PATCH body into the new values; nothing changes unless all of it is valid.
+
+    As captured from the live API: a null or missing title leaves it alone and an empty
+    one is ``missing_field``; a null or empty body clears it; a ``state`` other
+    than open/closed is ignored; an unknown base names the branch.
+    """
+    out: dict[str, Any] = {}
+    title = _string_or_null(body, "title")
+    if title is not None and not title.strip():
+        raise validation_failed(
+            [{"resource": "PullRequest", "code": "missing_field", "field": "title"}], _UPDATE_DOCS
+        )
+    if title is not None:
+        out["title"] = title
+    if "body" in body:
+        out["body"] = _string_or_null(body, "body") or None
+    wanted = body.get("state")
+    if wanted in {"open", "closed"} and wanted != item.state:
+        if wanted == "open":
+            check_reopenable(req.emu, repo, pull)
+        out["state"] = wanted
+    base_ref = _string_or_null(body, "base")
+    if base_ref is not None and base_ref != pull.base_ref:
+        if item.state == "closed" and out.get("state") != "open":
+            message = "Cannot change the base branch of a closed pull request."
+            raise validation_failed(
+                [{"resource": "PullRequest", "code": "invalid", "field": "base", "message": message}],
+                _UPDATE_DOCS,
+            )
+        if not safe_ref(base_ref) or req.emu.git(repo).branch_sha(base_ref) is None:
+            message = f"Proposed base branch '{base_ref}' was not found"
+            raise validation_failed(
+                [{"resource": "PullRequest", "code": "invalid", "field": "base", "message": message}],
+                _UPDATE_DOCS,
+            )
+        _refuse_duplicate(req.emu, repo, pull.head_ref, base_ref, _UPDATE_DOCS)
+        out["base"] = base_ref
+    flag = body.get("maintainer_can_modify")
+    if flag is not None and not isinstance(flag, bool):
+        raise invalid_request(
+            f"For 'properties/maintainer_can_modify', {_shown(flag)} is not a boolean.", _UPDATE_DOCS
+        )
+    if flag is not None:
+        out["maintainer_can_modify"] = flag
+    return out
+
+
+async def update_pull(req: ApiRequest) -> Reply:
+    """Edit title/body/base (``pull_request.edited`` with ``changes``), close or reopen.
+
+    Only what actually changed is reported, and an edit that changes nothing
+    sends nothing, as on GitHub. Closing and reopening share
+    :func:`emulator.routes_issues.change_state` with the issues API.
+    """
+    from emulator import routes_issues  # noqa: PLC0415 - routes_issues imports this module
+
+    repo = req.repo("pull_requests", "write")
+    pull = _pull(req, repo, _UPDATE_DOCS)
+    item = req.issue(repo, pull.number)
+    edits = _edits(req, repo, item, pull, req.json_object())
+    changes: JSONObject = {}
+    if "title" in edits and edits["title"] != item.title:
+        changes["title"] = {"from": item.title}
+        item.title = edits["title"]
+    if "body" in edits and edits["body"] != item.body:
+        changes["body"] = {"from": item.body or ""}
+        item.body = edits["body"]
+    if "base" in edits:
+        _, old_sha = pull_shas(req.emu, repo, pull)
+        changes["base"] = {"ref": {"from": pull.base_ref}, "sha": {"from": old_sha}}
+        pull.base_ref = edits["base"]
+    pull.maintainer_can_modify = edits.get("maintainer_can_modify", pull.maintainer_can_modify)
+    if changes:
+        req.state.touch(item)
+        payload = {
+            "action": "edited",
+            "number": pull.number,
+            "changes": changes,
+            "pull_request": render_pull(req.emu, req.base, repo, pull),
+        }
+        req.emit(repo, "pull_request", payload)
+    if "state" in edits:
+        routes_issues.change_state(
+            req.emu,
+            req.base,
+            repo,
+            item,
+            edits["state"],
+            reason=None,
+            pending=req.pending,
+            sender=None,
+            acting=req.caller.app,
+        )
+    return Reply(render_pull(req.emu, req.base, repo, pull))
+
+
+async def list_commits(req: ApiRequest) -> Reply:
+    """merge-base..head, oldest first, at most 250 (GitHub's cap), paged like every list."""
+    repo = req.repo("pull_requests", "read")
+    pull = _pull(req, repo)
+    head_sha, base_sha = pull_shas(req.emu, repo, pull)
+    git = req.emu.git(repo)
+    merge_base = git.merge_base(base_sha, head_sha) if "0" * 40 not in (head_sha, base_sha) else None
+    shas = git.range_commits(merge_base, head_sha, MAX_PULL_COMMITS) if merge_base is not None else []
+    page, headers = paginate(req, shas)
+    items = [shapes.commit(req.base, repo, meta, state=req.state) for meta in git.commit_metas(page)]
+    return Reply(items, headers=headers)
+
+
+async def get_commit(req: ApiRequest) -> Reply:
+    """One commit by sha, branch, tag or ``heads/…``/``tags/…``, with ``stats`` and ``files``."""
+    repo = req.repo("contents", "read")
+    ref = req.param("ref")
+    git = req.emu.git(repo)
+    sha = git.resolve(ref)
+    if sha is None:
+        if not git.branches():
+            raise ApiError(409, "Git Repository is empty.", documentation_url=_COMMIT_DOCS)
+        raise ApiError(422, f"No commit found for SHA: {ref}", documentation_url=_COMMIT_DOCS)
+    meta = git.commit_meta(sha)
+    changes = git.changes(meta.parents[0] if meta.parents else EMPTY_TREE, sha)
+    additions = sum(c.additions for c in changes)
+    deletions = sum(c.deletions for c in changes)
+    extra: JSONObject = {
+        "stats": {"total": additions + deletions, "additions": additions, "deletions": deletions},
+        "files": [shapes_items.diff_entry(req.base, repo, c, sha) for c in changes[:MAX_COMMIT_FILES]],
+    }
+    return Reply(shapes.commit(req.base, repo, meta, state=req.state, extra=extra))
+
+
+class _CommitRef(Convertor[str]):
+    """A commit ref that may hold slashes (``heads/baton/issue-1``) but is not a commit sub-resource.
+
+    Without the look-behinds ``…/commits/{ref}/check-runs`` (in routes_checks,
+    registered after this module) would be read as a ref ending in ``/check-runs``.
+    """
+
+    regex = (
+        "[^/].*"
+        + "".join(
+            f"(?<!/{name})"
+            for name in ("check-runs", "check-suites", "status", "statuses", "comments", "pulls")
+        )
+        + "(?<!/branches-where-head)"
+    )
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("commitref", _CommitRef())
+
 ROUTES: list[RouteSpec] = [
     ("GET", "/repos/{owner}/{repo}/pulls", list_pulls),
     ("POST", "/repos/{owner}/{repo}/pulls", create_pull),
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}", get_pull),
+    ("PATCH", "/repos/{owner}/{repo}/pulls/{pull_number}", update_pull),
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/files", list_files),
+    ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/commits", list_commits),
+    ("GET", "/repos/{owner}/{repo}/commits/{ref:commitref}", get_commit),
 ]

@@ -9,6 +9,7 @@ emulator (``base``), so a client that follows them stays local.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 from emulator.gitrepo import CommitMeta
@@ -17,6 +18,8 @@ from emulator.types import JSONObject
 
 #: Files above this size come back from the contents API without their content.
 MAX_INLINE_CONTENT = 1024 * 1024
+#: ``[<id>+]<login>@users.noreply.github.com``: the address GitHub links back to an account.
+_NOREPLY = re.compile(r"^(?:(\d+)\+)?([^@+]+)@users\.noreply\.github\.com$", re.IGNORECASE)
 
 
 def node_id(kind: str, ident: int) -> str:
@@ -322,12 +325,52 @@ def content_entry(
     return entry
 
 
-def commit(base: str, repo: Repo, meta: CommitMeta) -> JSONObject:
-    """``commit``: the shape `GET /repos/{o}/{r}/commits/{ref}` and branches embed."""
+def user_for_email(state: State, email: str) -> User | None:
+    """The account GitHub credits a commit to: a noreply address (an App's bot too) or a known email.
+
+    A noreply address with an id must carry the account's own id, as GitHub
+    checks; anything else stays unlinked (``author: null``).
+    """
+    match = _NOREPLY.match(email)
+    if match is None:
+        lowered = email.lower()
+        return next((u for u in state.users.values() if u.email and u.email.lower() == lowered), None)
+    ident, login = match.groups()
+    user = state.user(login)
+    if user is None and login.lower().endswith("[bot]"):
+        slug = login[: -len("[bot]")].lower()
+        app = next((a for a in state.apps.values() if a.slug.lower() == slug), None)
+        user = bot_user(state, app) if app is not None else None
+    if user is None or (ident is not None and int(ident) != user.id):
+        return None
+    return user
+
+
+def _git_person(name: str, email: str, when: int) -> JSONObject:
+    return {"name": name, "email": email, "date": iso(float(when))}
+
+
+def commit(
+    base: str,
+    repo: Repo,
+    meta: CommitMeta,
+    *,
+    state: State | None = None,
+    extra: JSONObject | None = None,
+) -> JSONObject:
+    """``commit``: what `GET /repos/{o}/{r}/commits/{ref}`, a pull's commit list and branches answer.
+
+    With ``state``, ``author``/``committer`` name the accounts the emails
+    belong to (else null, as GitHub does for unknown emails). ``extra`` adds
+    the single-commit read's ``stats`` and ``files``.
+    """
     api = f"{base}/repos/{repo.full_name}"
-    when = iso(float(meta.timestamp))
-    person = {"name": meta.author_name, "email": meta.author_email, "date": when}
-    return {
+    committed = (meta.committer_name, meta.committer_email, meta.committer_timestamp or meta.timestamp)
+    if not meta.committer_name and not meta.committer_email:
+        committed = (meta.author_name, meta.author_email, meta.timestamp)
+    author = user_for_email(state, meta.author_email) if state is not None else None
+    committer = user_for_email(state, committed[1]) if state is not None else None
+    out: JSONObject = {
         "url": f"{api}/commits/{meta.sha}",
         "sha": meta.sha,
         "node_id": node_id("Commit", int(meta.sha[:8], 16)),
@@ -335,17 +378,28 @@ def commit(base: str, repo: Repo, meta: CommitMeta) -> JSONObject:
         "comments_url": f"{api}/commits/{meta.sha}/comments",
         "commit": {
             "url": f"{api}/git/commits/{meta.sha}",
-            "author": person,
-            "committer": person,
+            "author": _git_person(meta.author_name, meta.author_email, meta.timestamp),
+            "committer": _git_person(*committed),
             "message": meta.message,
             "comment_count": 0,
             "tree": {"sha": meta.tree, "url": f"{api}/git/trees/{meta.tree}"},
+            # Nothing here is signed; GitHub's answer for an unsigned commit.
+            "verification": {
+                "verified": False,
+                "reason": "unsigned",
+                "signature": None,
+                "payload": None,
+                "verified_at": None,
+            },
         },
-        "author": None,
-        "committer": None,
+        "author": simple_user(base, author) if author is not None else None,
+        "committer": simple_user(base, committer) if committer is not None else None,
         "parents": [{"sha": p, "url": f"{api}/commits/{p}", "html_url": f"{base}/{repo.full_name}/commit/{p}"}
                     for p in meta.parents],
     }  # fmt: skip
+    if extra:
+        out.update(extra)
+    return out
 
 
 def branch(base: str, repo: Repo, name: str, meta: CommitMeta) -> JSONObject:
