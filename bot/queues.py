@@ -1,8 +1,9 @@
 """Baton's RQ queues and which task kind goes where.
 
 Agent runs take minutes; merge gates and control tasks (cancel, commands,
-installation sync) take seconds. They get separate queues, served by separate
-worker processes, so a long agent run can never delay a gate or a cancel.
+installation sync, and the admission of a run) take seconds. They get separate
+queues, served by separate worker processes, so a long agent run can never
+delay a gate, a cancel, or the answer "a run is already in progress".
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from bot.tasks import Kind
 JOB_FUNCTION = "worker.jobs.run_task"
 #: What RQ calls when a job fails or is abandoned by a dead worker, so no task stays "running".
 FAILURE_CALLBACK = "worker.jobs.on_failure"
+#: The agents queue's job: the run itself, handed over by the admission step on the control queue.
+RUN_FUNCTION = "worker.jobs.run_agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,8 @@ ALL: tuple[QueueSpec, ...] = (AGENTS, GATES, CONTROL)
 BY_NAME = {q.name: q for q in ALL}
 
 QUEUE_FOR: dict[Kind, QueueSpec] = {
-    Kind.AGENT_RUN: AGENTS,
+    # Admission (who, policy, gate, budget, lock) is quick; the run it admits goes to AGENTS.
+    Kind.AGENT_RUN: CONTROL,
     Kind.MERGE_GATE: GATES,
     Kind.GATE_RERUN: GATES,
     Kind.CHECK_ACTION: GATES,

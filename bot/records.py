@@ -24,3 +24,5 @@ COUNTERS_KEY = "baton:counters"
 #: Publications (status comments, check-run completions) not yet on GitHub: a sorted set of
 #: task ids scored by the time of their next attempt. Its size is a gauge in `/metrics`.
 OUTBOX_KEY = "baton:outbox"
+#: + repo id : issue number -> the id of the task whose agent run holds the issue (one run per issue).
+RUN_LOCK_PREFIX = "baton:run-lock:"

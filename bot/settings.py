@@ -40,6 +40,9 @@ KNOWN: dict[str, str] = {
     "BATON_METRICS_PORT": "serve /metrics on HOST at this port only, not on PORT (default: on PORT)",
     "BATON_METRICS_TOKEN": "require `Authorization: Bearer <token>` for /metrics (16+ characters)",
     "BATON_REQUIRE_ORG_POLICY": "true: refuse where the owner's .github repo is not visible (default false)",
+    "BATON_DATA_DIR": "where the worker keeps repository mirrors (default ~/.local/share/baton)",
+    "BATON_AGENT_ROUTES": "HOST=IP:PORT,...: agents' traffic for HOST goes there (a stand-in, a gateway)",
+    "BATON_AGENT_MODEL_URL": "the model base URL given to agent CLIs instead of their vendor's",
 }
 
 
@@ -71,6 +74,10 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     #: Refuse, rather than fall back to the built-in ceiling, where the owner's `.github` is not visible.
     require_org_policy: bool = False
+    data_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "share" / "baton")
+    #: Host -> (ip, port) for agents' egress proxy, instead of DNS.
+    agent_routes: tuple[tuple[str, str, int], ...] = ()
+    agent_model_url: str | None = None
 
     @property
     def setup_mode(self) -> bool:
@@ -169,7 +176,43 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         metrics_port=metrics_port,
         metrics_token=metrics_token,
         require_org_policy=_bool(get, "BATON_REQUIRE_ORG_POLICY", default=False),
+        data_dir=_data_dir(get("BATON_DATA_DIR")),
+        agent_routes=_routes(get("BATON_AGENT_ROUTES")),
+        agent_model_url=_model_url(get("BATON_AGENT_MODEL_URL")),
     )
+
+
+def _data_dir(raw: str | None) -> Path:
+    if raw is None:
+        return Settings().data_dir
+    path = Path(raw)
+    if not path.is_absolute():
+        raise ConfigError("bad-setting", f"BATON_DATA_DIR must be an absolute path, got {raw!r}")
+    return path
+
+
+def parse_route(text: str) -> tuple[str, str, int]:
+    """``HOST=IP:PORT`` (as `baton run --route` takes it) -> (host, ip, port); ValueError says the form."""
+    host, _, where = text.strip().partition("=")
+    ip, _, port = where.rpartition(":")
+    if not host or not ip or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: expected HOST=IP:PORT, e.g. api.anthropic.com=127.0.0.1:8788")
+    return host.lower(), ip.strip("[]"), int(port)
+
+
+def _routes(raw: str | None) -> tuple[tuple[str, str, int], ...]:
+    try:
+        return tuple(parse_route(part) for part in (raw or "").split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError("bad-setting", f"BATON_AGENT_ROUTES: {exc}") from None
+
+
+def _model_url(raw: str | None) -> str | None:
+    if raw is not None and not re.fullmatch(r"https?://[^\s/@]+(/\S*)?", raw):
+        raise ConfigError(
+            "bad-setting", f"BATON_AGENT_MODEL_URL must be an http(s) URL without credentials, got {raw!r}"
+        )
+    return raw
 
 
 def _int(get: _Getter, name: str, default: int, lo: int, hi: int) -> int:

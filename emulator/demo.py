@@ -34,6 +34,7 @@ from bot.app import WEBHOOK_PATH
 from bot.redis_server import EmbeddedRedis
 from emulator import world
 from emulator.admin_client import AdminClient
+from emulator.modelapi import ModelStandin
 from emulator.server import EmulatorServer, free_port
 from worker import lifecycle
 from worker.handlers import DECISION_PREFIX
@@ -48,15 +49,19 @@ class Outcome:
     expected: str
     observed: str
     passed: bool
+    seconds: float = 0.0
 
 
 class Demo:
     """The running pieces and the few questions scenarios ask about them."""
 
-    def __init__(self, admin: AdminClient, rdb: redis.Redis, w: world.World) -> None:
+    def __init__(self, admin: AdminClient, rdb: redis.Redis, w: world.World, github_dir: Path,
+                 claude: Path | None = None) -> None:  # fmt: skip
         self.admin = admin
         self.rdb = rdb
         self.world = w
+        self.github_dir = github_dir
+        self.claude = claude  # the claude CLI's directory, where it is installed
 
     def wait(self, task_id: str) -> str:
         """The task's final state, once Baton has also published what it had to say."""
@@ -68,20 +73,63 @@ class Demo:
             time.sleep(0.05)
         return f"not finished after {WAIT_S:g}s"
 
-    def status_comment(self, number: int) -> dict[str, Any] | None:
-        ours = self.baton_comments(number)
+    def status_comment(self, number: int, repo: str = world.REPO) -> dict[str, Any] | None:
+        ours = self.baton_comments(number, repo)
         return ours[-1] if ours else None
+
+    def admitted(self, task_id: str, number: int, repo: str = world.REPO) -> str:
+        """The status comment's body once task ``task_id`` has written it (queued, running or ended)."""
+        deadline = time.monotonic() + WAIT_S
+        body = ""
+        while time.monotonic() < deadline:
+            comment = self.status_comment(number, repo)
+            body = comment["body"] if comment else ""
+            if f"task `{task_id}`" in body:
+                return body
+            time.sleep(0.05)
+        return body
 
     def baton_comments(self, number: int, repo: str = world.REPO) -> list[dict[str, Any]]:
         return [c for c in self.admin.comments() if c["issue_number"] == number and c["repository"] == repo
                 and (c.get("performed_via_github_app") or {}).get("id") == self.world.app_id]  # fmt: skip
 
-    def issue(self, title: str, user: str) -> int:
-        return int(self.admin.create_issue(world.REPO, title=title, user=user)["number"])
+    def issue(
+        self, title: str, user: str, recipe: dict[str, Any] | None = None, repo: str = world.REPO
+    ) -> int:
+        """An issue; with ``recipe``, its body tells Baton's script agent exactly what to do."""
+        body = f"```baton-recipe\n{json.dumps(recipe)}\n```\n" if recipe is not None else ""
+        return int(self.admin.create_issue(repo, title=title, user=user, body=body)["number"])
 
-    def label(self, number: int, agent: str, sender: str) -> dict[str, Any]:
-        deliveries = self.admin.label(world.REPO, number, [f"agent:{agent}"], sender=sender)["deliveries"]
+    def label(self, number: int, agent: str, sender: str, repo: str = world.REPO) -> dict[str, Any]:
+        deliveries = self.admin.label(repo, number, [f"agent:{agent}"], sender=sender)["deliveries"]
         return dict(deliveries[-1])
+
+    def pulls(self, number: int, repo: str = world.REPO) -> list[dict[str, Any]]:
+        """The pull requests GitHub holds for the issue's branch (the emulator's state, not Baton's word)."""
+        state = self.admin.call("GET", "/state")
+        bodies = {(i["repo"], i["number"]): i for i in state["issues"]}
+        return [{**p, "body": bodies[(repo, p["number"])]["body"] or ""} for p in state["pulls"]
+                if p["repo"] == repo and p["head_ref"] == f"baton/issue-{number}"]  # fmt: skip
+
+    def _git(self, repo: str, *args: str) -> str | None:
+        """Read the emulator's bare repository: what GitHub holds."""
+        bare = self.github_dir / "repos" / f"{repo}.git"
+        found = subprocess.run(["git", "-C", str(bare), *args], capture_output=True, text=True, check=False)  # noqa: S603, S607
+        return found.stdout if found.returncode == 0 else None
+
+    def branch(self, number: int, repo: str = world.REPO) -> str | None:
+        found = self._git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/baton/issue-{number}")
+        return found.strip() if found else None
+
+    def file_at(self, sha: str, path: str, repo: str = world.REPO) -> str | None:
+        return self._git(repo, "show", f"{sha}:{path}")
+
+    def checks(self, sha: str) -> dict[str, str]:
+        return {
+            c["name"]: f"{c['status']}/{c['conclusion']}"
+            for c in self.admin.check_runs()
+            if c["head_sha"] == sha
+        }
 
 
 # -- scenarios: each returns (expected, observed, passed) ---------------------------------------
@@ -89,16 +137,112 @@ class Demo:
 Result = tuple[str, str, bool]
 
 
+HELLO = {"steps": [{"op": "write", "path": "docs/hello.md", "content": "Hello from the script agent\n"}]}
+NOTHING = {"steps": [{"op": "print", "text": "nothing to change\n"}]}
+
+
 def maintainer_labels(demo: Demo) -> Result:
-    number = demo.issue("Spinner stutters on resize", "maria")
-    state = demo.wait(demo.label(number, "claude-code", "maria")["guid"])
+    """The promise: a label becomes one pull request with the agent's change and Baton's checks."""
+    number = demo.issue("Add a hello page", "maria", HELLO)
+    state = demo.wait(demo.label(number, "script", "maria")["guid"])
+    pulls = demo.pulls(number)
+    head = demo.branch(number)
+    changed = head is not None and demo.file_at(head, "docs/hello.md") == HELLO["steps"][0]["content"]
+    checks = demo.checks(head) if head else {}
+    passed_checks = all(checks.get(n) == "completed/success" for n in ("baton/trifecta", "baton/agent"))
     comment = demo.status_comment(number)
-    said = comment is not None and "Accepted" in comment["body"]
+    linked = bool(pulls) and comment is not None and f"/pull/{pulls[0]['number']}" in comment["body"]
+    fixes = bool(pulls) and f"Fixes #{number}" in pulls[0]["body"]
     return (
-        "accepted, status comment",
-        f"{state}, status comment {'says accepted' if said else 'missing'}",
-        (state == "accepted" and said),
+        "PR baton/issue-N with the change, Fixes #N, both checks success, status links it",
+        f"{state}, {len(pulls)} PR, change {'in' if changed else 'MISSING'}, checks {checks or 'none'}, "
+        f"{'linked' if linked else 'not linked'}",
+        (state == "pr_opened" and len(pulls) == 1 and changed and passed_checks and linked and fixes),
     )
+
+
+def workflow_edit_refused(demo: Demo) -> Result:
+    recipe = {"steps": [{"op": "write", "path": ".github/workflows/ci.yml", "content": "on: push\n"}]}
+    number = demo.issue("Speed up CI", "maria", recipe)
+    state = demo.wait(demo.label(number, "script", "maria")["guid"])
+    comment = demo.status_comment(number)
+    named = comment is not None and "`.github/workflows/ci.yml`" in comment["body"]
+    pushed = demo.branch(number) is not None or bool(demo.pulls(number))
+    return (
+        "no branch, no PR, the status names the violation",
+        f"{state}, {'pushed' if pushed else 'nothing pushed'}, {'named' if named else 'not named'}",
+        (state == "failed" and not pushed and named),
+    )
+
+
+def over_budget(demo: Demo) -> Result:
+    """A repository allowed one run a day: the second is refused before anything starts."""
+    repo = f"{world.OWNER}/gadgets"
+    policy = ("version: 1\nagents:\n  script:\n    adapter: script\n    tools: [read_repo, edit_files]\n"
+              "limits:\n  max_runs_per_day: 1\n")  # fmt: skip
+    demo.admin.create_repo(world.OWNER, "gadgets", private=True, files={"README.md": "# gadgets\n",
+                           ".github/baton.yml": policy})  # fmt: skip
+    demo.admin.set_role(repo, "maria", "maintain")
+    first = demo.issue("Say hello", "maria", NOTHING, repo=repo)
+    demo.wait(demo.label(first, "script", "maria", repo=repo)["guid"])
+    second = demo.issue("Say hello again", "maria", HELLO, repo=repo)
+    state = demo.wait(demo.label(second, "script", "maria", repo=repo)["guid"])
+    comment = demo.status_comment(second, repo)
+    counted = (
+        comment is not None and "1 of its 1 runs today" in comment["body"] and "resets at" in comment["body"]
+    )
+    return (
+        "refused with the counts and when it resets, nothing pushed",
+        f"{state}, {'counts shown' if counted else 'no counts'}",
+        (state == "refused" and counted and demo.branch(second, repo) is None),
+    )
+
+
+def cancel_long_run(demo: Demo) -> Result:
+    recipe = {"steps": [{"op": "sleep", "seconds": 300}, *HELLO["steps"]]}
+    number = demo.issue("Take your time", "maria", recipe)
+    guid = demo.label(number, "script", "maria")["guid"]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        comment = demo.status_comment(number)
+        if comment is not None and "Working on it" in comment["body"]:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    asked = time.monotonic()
+    demo.admin.comment(world.REPO, number, "/baton cancel", user="maria")
+    state = demo.wait(guid)
+    took = time.monotonic() - asked
+    pushed = demo.branch(number) is not None
+    return (
+        "cancelled within seconds, nothing pushed",
+        f"{state} after {took:.1f}s, {'pushed' if pushed else 'nothing pushed'}",
+        (state == "cancelled" and took < 10 and not pushed),
+    )
+
+
+def real_claude(demo: Demo) -> Result:
+    """The real Claude Code CLI in the box, against the local model stand-in (no network, no key)."""
+    if demo.claude is None:
+        return (
+            "PR with Claude's change (needs the claude CLI)",
+            "skipped: the claude CLI is not installed",
+            True,
+        )
+    number = demo.issue("Add a greeting from Claude", "maria")
+    state = demo.wait(demo.label(number, "claude-code", "maria")["guid"])
+    head = demo.branch(number)
+    changed = head is not None and demo.file_at(head, "hello-claude.txt") == CLAUDE_FILE
+    return (
+        "PR with Claude's change, made in the box",
+        f"{state}, change {'in' if changed else 'missing'}",
+        (state == "pr_opened" and changed and len(demo.pulls(number)) == 1),
+    )
+
+
+CLAUDE_FILE = "hello from Claude Code, through Baton's box\n"
+CLAUDE_SCRIPT = {"workspace": "/workspace", "steps": [
+    {"write": {"path": "hello-claude.txt", "content": CLAUDE_FILE}}, {"text": "Done."}]}  # fmt: skip
 
 
 def reader_labels(demo: Demo) -> Result:
@@ -118,8 +262,8 @@ def reader_labels(demo: Demo) -> Result:
 
 def stranger_comments(demo: Demo) -> Result:
     """Anyone can comment; only people the policy trusts make Baton speak."""
-    number = demo.issue("Cache the thumbnails", "maria")
-    demo.wait(demo.label(number, "claude-code", "maria")["guid"])
+    number = demo.issue("Cache the thumbnails", "maria", NOTHING)
+    demo.wait(demo.label(number, "script", "maria")["guid"])
     before = demo.status_comment(number)
     reply = demo.admin.comment(world.REPO, number, "/baton run researcher", user="rita")
     state = demo.wait(reply["deliveries"][-1]["guid"])
@@ -146,22 +290,21 @@ def no_org_repo(demo: Demo) -> Result:
     demo.admin.set_role(repo, owner, "admin")
     number = int(demo.admin.create_issue(repo, title="Add a --version flag", user=owner)["number"])
     delivery = demo.admin.label(repo, number, ["agent:claude-code"], sender=owner)["deliveries"][-1]
+    body = demo.admitted(delivery["guid"], number, repo)
+    said = body.count("the built-in defaults are the ceiling")
+    demo.admin.close_issue(repo, number, sender=owner)  # the point is made; no need to run Claude here
     state = demo.wait(delivery["guid"])
-    ours = demo.baton_comments(number, repo)
-    said = sum(c["body"].count("the built-in defaults are the ceiling") for c in ours)
     return (
-        "accepted under the built-in ceiling, said once",
+        "admitted under the built-in ceiling, said once; closing the issue ends the run",
         f"{state}, built-in ceiling said {said} time(s)",
-        (state == "accepted" and said == 1),
+        (state in lifecycle.TERMINAL and state != "refused" and said == 1),
     )
 
 
 def duplicate_delivery(demo: Demo) -> Result:
     """GitHub's own example payload, made to point at the sample repo, then redelivered."""
-    number = demo.issue("Typo in README", "maria")
-    template = demo.admin.call("GET", f"/deliveries/{demo.label(number, 'claude-code', 'maria')['id']}")[
-        "payload"
-    ]
+    number = demo.issue("Typo in README", "maria", NOTHING)
+    template = demo.admin.call("GET", f"/deliveries/{demo.label(number, 'script', 'maria')['id']}")["payload"]
     payload = copy.deepcopy(json.loads(EXAMPLE.read_text()))
     for key in ("repository", "installation", "sender", "issue", "label"):
         payload[key] = template[key]
@@ -211,18 +354,26 @@ def offline_retry(demo: Demo) -> Result:
     number: int = getattr(demo, "last_denied", 0)
     before = demo.status_comment(number)
     reply = demo.admin.comment(world.REPO, number, "/baton run researcher --offline", user="maria")
-    state = demo.wait(reply["deliveries"][-1]["guid"])
+    demo.admitted(reply["deliveries"][-1]["guid"], number)
     after = demo.status_comment(number)
     same = before is not None and after is not None and before["id"] == after["id"]
+    decision = json.loads(demo.rdb.get(DECISION_PREFIX + reply["deliveries"][-1]["guid"]) or b"{}")
+    allowed = decision.get("decision", {}).get("allowed") is True
+    demo.admin.close_issue(world.REPO, number, sender="maria")  # Claude's own scenario runs it to a PR
+    state = demo.wait(reply["deliveries"][-1]["guid"])
     return (
-        "allowed offline, same comment edited",
-        f"{state}, {'same comment' if same else 'new comment'}",
-        (state == "accepted" and same and after is not None and "offline" in after["body"]),
+        "allowed offline by the same gate, same comment edited; closing the issue ends the run",
+        f"{state}, {'allowed' if allowed else 'NOT allowed'}, {'same comment' if same else 'new comment'}",
+        (allowed and state in lifecycle.TERMINAL and same),
     )
 
 
 SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
-    ("maintainer labels an issue agent:claude-code", maintainer_labels),
+    ("maintainer labels an issue agent:script", maintainer_labels),
+    ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
+    ("a run over its daily budget", over_budget),
+    ("/baton cancel during a long run", cancel_long_run),
+    ("the real Claude Code CLI, where installed", real_claude),
     ("reader labels an issue agent:claude-code", reader_labels),
     ("a stranger comments /baton run", stranger_comments),
     ("an account with no .github repository", no_org_repo),
@@ -237,10 +388,13 @@ SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
 
 
 @contextlib.contextmanager
-def baton_serving(work: Path, w: world.World, redis_url: str, api_url: str, port: int) -> Iterator[None]:
+def baton_serving(
+    work: Path, w: world.World, redis_url: str, api_url: str, *, port: int, agents: dict[str, str]
+) -> Iterator[None]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATON_")}
     env.update(APP_ID=str(w.app_id), PRIVATE_KEY=w.private_key, WEBHOOK_SECRET=w.webhook_secret,
-               REDIS_URL=redis_url, GITHUB_API_URL=api_url, PORT=str(port), LOG_LEVEL="WARNING")  # fmt: skip
+               REDIS_URL=redis_url, GITHUB_API_URL=api_url, PORT=str(port), LOG_LEVEL="WARNING",
+               BATON_DATA_DIR=str(work / "data"), **agents)  # fmt: skip
     with (work / "baton.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", "serve", "--worker"], env=env, stdout=log, stderr=log
@@ -279,17 +433,37 @@ def run(out: Path | None) -> int:
         admin = stack.enter_context(AdminClient(github.url))
         port = free_port()
         w = world.build(admin, github.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}")
-        stack.enter_context(baton_serving(work, w, server.url, github.url, port))
-        demo = Demo(admin, stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url))), w)
+        claude = find_claude()
+        agents: dict[str, str] = {}
+        if claude is not None:  # Claude Code talks to the local stand-in, through the box's proxy
+            model = stack.enter_context(ModelStandin(CLAUDE_SCRIPT, record_dir=work / "model"))
+            agents = {"PATH": f"{claude}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                      "ANTHROPIC_API_KEY": "sk-demo-not-a-secret",
+                      "BATON_AGENT_ROUTES": f"api.anthropic.com=127.0.0.1:{model.port}",
+                      "BATON_AGENT_MODEL_URL": "http://api.anthropic.com"}  # fmt: skip
+        stack.enter_context(baton_serving(work, w, server.url, github.url, port=port, agents=agents))
+        rdb = stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url)))
+        demo = Demo(admin, rdb, w, github.directory, claude)
         for name, play in SCENARIOS:
+            began = time.monotonic()
             try:
                 expected, observed, passed = play(demo)
             except Exception as exc:
                 expected, observed, passed = "(see scenario)", f"error: {type(exc).__name__}: {exc}", False
-            outcomes.append(Outcome(name, expected, observed, passed))
+            outcomes.append(Outcome(name, expected, observed, passed, round(time.monotonic() - began, 1)))
         _write(work, admin, github.directory, outcomes)
     _print(outcomes, time.monotonic() - started, work)
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def find_claude() -> Path | None:
+    """The directory of an installed `claude` CLI: on PATH, or where `.ci/agent-clis` puts it."""
+    found = shutil.which("claude")
+    if found is not None:
+        return Path(found).parent
+    prefix = Path(os.environ.get("AGENT_CLI_PREFIX") or Path.home() / ".cache" / "baton-ci" / "agent-clis")
+    pinned = prefix / "node_modules" / ".bin"
+    return pinned if (pinned / "claude").exists() and shutil.which("node") else None
 
 
 def _write(work: Path, admin: AdminClient, github_dir: Path, outcomes: list[Outcome]) -> None:
@@ -303,9 +477,10 @@ def _write(work: Path, admin: AdminClient, github_dir: Path, outcomes: list[Outc
 
 def _print(outcomes: list[Outcome], seconds: float, work: Path) -> None:
     width = max(len(o.name) for o in outcomes)
-    print(f"{'scenario':<{width}}  {'':4}  observed (expected)")
+    print(f"{'scenario':<{width}}  {'':4}  {'secs':>5}  observed (expected)")
     for o in outcomes:
-        print(f"{o.name:<{width}}  {'ok' if o.passed else 'FAIL':4}  {o.observed} ({o.expected})")
+        verdict = "ok" if o.passed else "FAIL"
+        print(f"{o.name:<{width}}  {verdict:4}  {o.seconds:5.1f}  {o.observed} ({o.expected})")
     passed = sum(o.passed for o in outcomes)
     print(f"\n{passed}/{len(outcomes)} scenarios as expected in {seconds:.1f}s; files in {work}")
 

@@ -45,6 +45,12 @@ agents:
     tools: [read_repo, edit_files, web_fetch]
     model_endpoints: [api.anthropic.com]
     env: [ANTHROPIC_API_KEY]
+  script:
+    adapter: script
+    tools: [read_repo, edit_files]
+    timeout: 5m
+limits:
+  max_concurrent_runs: 8
 """
 
 REPO_POLICY = """\
@@ -59,6 +65,10 @@ agents:
     adapter: claude-code
     tools: [read_repo, edit_files, web_fetch]
     timeout: 20m
+  script:
+    adapter: script
+    tools: [read_repo, edit_files]
+    timeout: 2m
 """
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from emulator import demo
+
 
 def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> None:
     out = tmp_path / "demo"
@@ -22,14 +24,23 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "8/8 scenarios as expected" in done.stdout
+    assert "12/12 scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["passed"] for s in summary] == [True] * 8
-    assert {"name", "expected", "observed", "passed"} <= set(summary[0])
+    assert [s["passed"] for s in summary] == [True] * 12
+    assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
+    # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
+    [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]
+    assert ("skipped" in claude["observed"]) == (demo.find_claude() is None)
 
     checks = json.loads((out / "checks.json").read_text())
-    assert [(c["name"], c["conclusion"]) for c in checks] == [("baton/merge-gate", "neutral")]
+    concluded = {(c["name"], c["conclusion"]) for c in checks}
+    assert concluded <= {
+        ("baton/merge-gate", "neutral"),
+        ("baton/trifecta", "success"),
+        ("baton/agent", "success"),
+    }
+    assert {("baton/trifecta", "success"), ("baton/agent", "success")} <= concluded
 
     comments = json.loads((out / "comments.json").read_text())
     ours = [c for c in comments if c.get("performed_via_github_app")]

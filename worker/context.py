@@ -9,7 +9,8 @@ dropped.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 
@@ -28,6 +29,11 @@ class Context:
     require_org_policy: bool = False
     #: Can this machine cut an agent's network (the box's probe)? The gate's ``network_cutoff`` fact.
     network_cutoff: bool = False
+    #: BATON_DATA_DIR: repository mirrors live under it.
+    data_dir: Path = field(default_factory=lambda: settings.Settings().data_dir)
+    #: BATON_AGENT_ROUTES and BATON_AGENT_MODEL_URL, for every run's egress proxy and CLI.
+    agent_routes: tuple[tuple[str, str, int], ...] = ()
+    agent_model_url: str | None = None
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -75,4 +81,5 @@ def fresh(redis_url: str) -> Context:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
         app = GitHubApp(credentials, connection)
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
-                   box.probe().network_cutoff)  # fmt: skip
+                   box.probe().network_cutoff, config.data_dir, config.agent_routes,
+                   config.agent_model_url)  # fmt: skip

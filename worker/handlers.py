@@ -8,7 +8,8 @@ decisions themselves are pure functions (``screen``, ``authorize``,
 ``decide``); handlers only gather their inputs.
 
 Every trigger (label, `/baton` command, cancel, unlabel, close), step by step
-(nothing is ever spawned here; the agent runner arrives with a later issue):
+(nothing is ever spawned here: an admitted run is handed to the agents queue,
+where ``worker.runs.execute`` runs it):
   1. who asked: the sender's permission on the repository, as GitHub reports it
      now. This is the first call Baton makes for the task. A sender below
      ``write`` (the floor of every policy) ends the task here: nothing is said
@@ -17,7 +18,9 @@ Every trigger (label, `/baton` command, cancel, unlabel, close), step by step
   2. the policy: org ceiling, narrowed by the repo's default branch;
   3. the sender against the policy's trigger rules (``min_permission``, bots);
   4. the trifecta gate on the effective policy and the fresh repo facts;
-  5. the decision recorded for the evidence trail, and explained on the issue.
+  5. the decision recorded for the evidence trail, and explained on the issue;
+  6. for an allowed run: the issue's lock and the budgets (``worker.runs.admit``),
+     then ``queued`` on the issue and the run on the agents queue.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from worker.github import api
 from worker.github.limits import Output
 from worker.lifecycle import State
 from worker.messages import failure, inert
-from worker.policy import Decision, PolicyError, TaskFacts, UnknownAgent, decide, explain
+from worker.policy import Decision, Policy, PolicyError, TaskFacts, UnknownAgent, decide, explain
 from worker.publish import CheckRunEnd
+from worker.runs import admit, report
+from worker.runs import cancel as stopping
 from worker.status import Status
 
 log = logging.getLogger("baton.handlers")
@@ -190,7 +195,7 @@ def agent_run(
     admitted = _admit(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
     if isinstance(admitted, Result):
         return admitted
-    loaded, verdict = admitted
+    loaded, _verdict = admitted
     policy = loaded.merged.policy
     repo, _ = _where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
@@ -222,14 +227,26 @@ def agent_run(
                         "gate).",
                         "Or narrow the agent in `.github/baton.yml` as suggested above."),
         ), fields=fields)  # fmt: skip
-    mode = " offline" if offline else ""
-    who = f"{inert(task.sender.login)} has {verdict.role} access" if verdict.role else "The sender is allowed"
-    return Result(State.ACCEPTED, f"allowed{mode}", Status(
-        State.ACCEPTED, task.id, agent,
-        f"{who}. The capability gate allowed this{mode} run of {inert(agent)}. "
-        "No agent process is started yet: the agent runner arrives with a later Baton release.",
-        details=[inert(explain(decision).splitlines()[0], 200), *context], notices=notices,
-    ), fields=fields)  # fmt: skip
+    return _reserve(ctx, task, agent, offline=offline, policy=policy, fields=fields, notices=notices,
+                    context=[inert(explain(decision).splitlines()[0], 200), *context])  # fmt: skip
+
+
+def _reserve(
+    ctx: Context, task: Task, agent: str, *, offline: bool, policy: Policy, fields: dict[str, str],
+    context: Sequence[str], notices: Sequence[str],
+) -> Result:  # fmt: skip
+    """Step 6: the issue's lock and the budgets (``worker.runs.admit``); a QUEUED result is handed
+    to the agents queue by ``worker.jobs``."""
+    verdict = admit.reserve(ctx, task, policy)
+    if verdict.code == "busy":
+        return Result(State.REFUSED, f"busy: run {verdict.holder} holds #{task.number}",
+                      report.busy(task.id, agent, verdict.holder or "?"))  # fmt: skip
+    if not verdict.allowed:
+        return Result(State.REFUSED, f"over-budget: {verdict.code} ({verdict.scope})",
+                      report.over_budget(task.id, agent, verdict.lines()), fields=fields)  # fmt: skip
+    fields = {**fields, admit.AGENT: agent, admit.OFFLINE: "1" if offline else "0"}
+    queued = report.queued(task.id, agent, offline=offline, context=context, notices=notices)
+    return Result(State.QUEUED, "admitted", queued, fields=fields)
 
 
 def _digest(decision: Decision) -> str:
@@ -287,8 +304,19 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Re
     admitted = _admit(ctx, task, found, tell_policy=False, tell_refusal=False)
     if isinstance(admitted, Result):
         return admitted
-    # No agent runs yet, so there is nothing to stop; the agent-runs issue stops the run under its lock.
-    return Result(State.DONE, f"cancel for #{task.number}: no run is active")
+    repo, _ = _where(task)
+    if task.number is None:
+        return Result(State.DONE, "cancel: no issue")
+    how = "command" if task.kind is Kind.COMMAND else "closed" if task.action == "closed" else "unlabeled"
+    stopping.request(
+        ctx.redis, repo.id, task.number, stopping.Cancel(task.received_at, task.id, task.sender.login, how)
+    )
+    holder = ctx.redis.get(f"{records.RUN_LOCK_PREFIX}{repo.id}:{task.number}")
+    # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it.
+    who = holder.decode() if isinstance(holder, bytes) else holder
+    return Result(
+        State.DONE, f"cancel for #{task.number}: " + (f"run {who} told to stop" if who else "no run active")
+    )
 
 
 # -- merge gate -------------------------------------------------------------------------------------

@@ -3,7 +3,11 @@
 ``run_task`` has the same shape for every kind: mark the task running (which
 takes out its lease), let its handler gather fresh state and decide
 (``worker.handlers``), commit the terminal state together with what to
-publish, then publish through the outbox. Errors Baton raises on purpose end
+publish, then publish through the outbox. An admitted agent run is the one
+task that is not over then: it is handed to the agents queue
+(``worker.runs.admit``), where ``run_agent`` takes it through the same steps
+with the run itself as its handler (``worker.runs.execute``), and frees the
+issue's lock and budget slots once its outcome is published. Errors Baton raises on purpose end
 the task ``failed`` with a fixed message for their code; a job timeout ends it
 ``timed-out``; anything else also ends it ``failed`` and is re-raised so RQ
 keeps the traceback.
@@ -18,20 +22,25 @@ and, once its sender was authorised, saying so on the issue.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from rq import get_current_job
 from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.timeouts import BaseTimeoutException
 
+from bot import records
 from bot.errors import BatonError
 from bot.tasks import Kind, Task
 from worker import context, lifecycle, outbox
 from worker.context import Context
 from worker.handlers import AUTHORISED, HANDLERS, Result, failed
 from worker.lifecycle import State
-from worker.publish import Publication, publisher
+from worker.publish import Publication, publisher, status_now
+from worker.runs import admit
+from worker.runs.execute import run as execute_run
 from worker.status import render
 
 log = logging.getLogger("baton.jobs")
@@ -42,11 +51,28 @@ def run_task(data: dict[str, Any]) -> dict[str, str]:
     return execute(context.current(), Task.from_dict(data))
 
 
-def execute(ctx: Context, task: Task) -> dict[str, str]:
-    lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value)
+def run_agent(data: dict[str, Any]) -> dict[str, str]:
+    """RQ entry point of the agents queue (bot.queues.RUN_FUNCTION): an admitted run."""
+    ctx, task = context.current(), Task.from_dict(data)
+    job = get_current_job()
+    if job is not None and lifecycle.field(ctx.redis, task.id, admit.JOB) != job.id:
+        return {"task_id": task.id, "kind": task.kind.value, "state": "stale-job", "detail": job.id}
+    return execute(ctx, task, handler=execute_run)
+
+
+def execute(
+    ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None = None
+) -> dict[str, str]:
+    try:
+        lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value)
+    except lifecycle.IllegalMove:
+        if handler is None:
+            raise
+        # A run job whose task ended while it waited (cancelled, or a lost worker's retry): drop it.
+        return {"task_id": task.id, "kind": task.kind.value, "state": "ended-elsewhere", "detail": "not run"}
     unexpected: BaseException | None = None
     try:
-        result = HANDLERS[task.kind](ctx, task)
+        result = (handler or HANDLERS[task.kind])(ctx, task)
     except BaseTimeoutException as exc:  # before Exception: RQ's JobTimeoutException subclasses it
         unexpected = exc
         result = _failed(ctx, task, BatonError("timed-out", "the job ran past its queue's timeout"))
@@ -55,6 +81,8 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
     except Exception as exc:  # recorded, then re-raised for RQ
         unexpected = exc
         result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
+    if result.state is State.QUEUED:
+        return _hand_off(ctx, task, result)
     published = _commit(ctx, task, result, publish=True)
     if published is None:  # another worker ended it meanwhile (its lease had run out): that stands
         log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
@@ -64,11 +92,31 @@ def execute(ctx: Context, task: Task) -> dict[str, str]:
             "state": "ended-elsewhere",
             "detail": result.detail,
         }
-    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
-                            "detail": result.detail, "published": published})  # fmt: skip
+    # A failure's detail (never published: it may hold exception text) is the operator's to read.
+    level = logging.WARNING if result.state in (State.FAILED, State.TIMED_OUT) else logging.INFO
+    log.log(level, "task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
+                                  "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:
         raise unexpected
     return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+
+
+def _hand_off(ctx: Context, task: Task, result: Result) -> dict[str, str]:
+    """An admitted run: to the agents queue, then ``queued`` on the issue."""
+    try:
+        job = admit.hand_off(ctx, task, result.detail, attempt=1, **result.fields)
+    except lifecycle.IllegalMove:  # ended meanwhile by a sweeper: the lock is not needed any more
+        admit.release(ctx, task, started=None)
+        return {
+            "task_id": task.id,
+            "kind": task.kind.value,
+            "state": "ended-elsewhere",
+            "detail": result.detail,
+        }
+    if result.status is not None:
+        status_now(ctx, task, result.status)
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
+    return {"task_id": task.id, "kind": task.kind.value, "state": State.QUEUED.value, "detail": result.detail}
 
 
 def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
@@ -100,9 +148,24 @@ def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str |
     publication = publication_for(ctx, task, result)
     stored = publication.to_json() if publication else None
     try:
-        lifecycle.move(ctx.redis, task.id, result.state, result.detail, publication=stored, **result.fields)
+        lifecycle.move(
+            ctx.redis, task.id, result.state, result.detail, publication=stored, also=None, **result.fields
+        )
     except lifecycle.IllegalMove:
         return None
+    try:
+        return _publish(ctx, task, publication, publish=publish)
+    finally:
+        # After the final status is written, so no newer run can be admitted in between and take
+        # the comment over before this run's outcome is on it.
+        if task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None and task.repository:
+            fields = result.fields
+            admit.release(ctx, task, started=fields.get("run_started_at"),
+                          agent_seconds=float(fields.get("agent_seconds", 0.0)),
+                          cost_usd=float(fields["cost_usd"]) if "cost_usd" in fields else None)  # fmt: skip
+
+
+def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:
     if publication is None:
         lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
         return "nothing to publish"
@@ -117,15 +180,37 @@ def publish_now(ctx: Context, task_id: str) -> str:
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
 
 
-def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError, *, publish: bool = True) -> bool:
+def end_abnormally(
+    ctx: Context,
+    task_id: str,
+    data: Any,
+    error: BatonError,
+    *,
+    publish: bool = True,
+    job_id: str | None = None,
+) -> bool:
     """End a task whose job cannot: failed (or timed-out) with ``error``'s fixed message.
 
     ``data`` is the job's argument (the task as stored); if it cannot be read (a task
     from another schema), the record still ends, with nothing published. ``publish``: try
-    GitHub at once (else the outbox keeps it for an idle worker). Returns False if the task
-    had already ended.
+    GitHub at once (else the outbox keeps it for an idle worker). ``job_id``: the job that
+    died, if known; a job the task has moved on from (an admission whose run was handed
+    over, a first attempt already retried) ends nothing. An agent run whose worker was lost
+    is retried once (``worker.runs.admit.MAX_ATTEMPTS``). Returns False if the task had
+    already ended or was retried.
     """
-    if lifecycle.current(ctx.redis, task_id) in lifecycle.TERMINAL:
+    state = lifecycle.current(ctx.redis, task_id)
+    if state in lifecycle.TERMINAL:
+        return False
+    run_job = lifecycle.field(ctx.redis, task_id, admit.JOB)
+    if job_id is not None and run_job is not None and job_id != run_job:
+        return False
+    if (
+        run_job is not None
+        and state is State.RUNNING
+        and error.code == "worker-lost"
+        and _retry(ctx, task_id, data)
+    ):
         return False
     try:
         task = Task.from_dict(data)
@@ -139,6 +224,26 @@ def end_abnormally(ctx: Context, task_id: str, data: Any, error: BatonError, *, 
     if _commit(ctx, task, _failed(ctx, task, error), publish=publish) is None:
         return False  # it ended meanwhile, by its own job or another sweeper
     log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
+    return True
+
+
+def _retry(ctx: Context, task_id: str, data: Any) -> bool:
+    """Hand a lost run to the agents queue once more, if it has an attempt left and its lock."""
+    attempt = int(lifecycle.field(ctx.redis, task_id, admit.ATTEMPT) or 1)
+    if attempt >= admit.MAX_ATTEMPTS:
+        return False
+    try:
+        task = Task.from_dict(data)
+    except (ValueError, TypeError, KeyError):
+        return False
+    if not admit.relock(ctx, task):
+        return False  # another run took the issue after this one's lock lapsed
+    try:
+        admit.hand_off(ctx, task, f"worker lost; attempt {attempt + 1}", attempt=attempt + 1)
+    except lifecycle.IllegalMove:
+        return False
+    ctx.redis.hincrby(records.COUNTERS_KEY, "run_retried", 1)
+    log.warning("run retried after its worker was lost", extra={"task": task_id, "attempt": attempt + 1})
     return True
 
 
@@ -159,4 +264,4 @@ def on_failure(job: Job, connection: redis.Redis, exc_type: type[BaseException],
     except BatonError:
         ctx = Context(connection, None, None)
     data = job.args[0] if job.args else None
-    end_abnormally(ctx, job.id, data, error)
+    end_abnormally(ctx, admit.task_id_of(job.id), data, error, job_id=job.id)

@@ -16,11 +16,13 @@ record goes through this module.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 import orjson
 import redis
+from redis.client import Pipeline
 
 from bot import records
 from bot.errors import BatonError
@@ -32,7 +34,7 @@ class State(StrEnum):
     RUNNING = "running"
     REFUSED = "refused"  # the sender may not trigger Baton here
     DENIED = "denied"  # the trifecta gate said no; nothing was spawned
-    ACCEPTED = "accepted"  # allowed; waiting for an agent runner
+    ACCEPTED = "accepted"  # allowed, no run started (Baton before agent runs; kept for old records)
     PR_OPENED = "pr_opened"
     DONE = "done"
     FAILED = "failed"
@@ -46,7 +48,8 @@ TERMINAL = frozenset({State.REFUSED, State.DENIED, State.ACCEPTED, State.PR_OPEN
 MOVES: dict[State, frozenset[State]] = {
     # FAILED / TIMED_OUT: the job died before it could mark the task running.
     State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.FAILED, State.TIMED_OUT}),
-    State.RUNNING: TERMINAL,
+    # QUEUED again: an admitted agent run handed to the agents queue, or a lost run retried once.
+    State.RUNNING: TERMINAL | {State.QUEUED},
     **{state: frozenset() for state in TERMINAL},
 }
 assert State.QUEUED.value == records.QUEUED
@@ -106,12 +109,15 @@ def move(
     detail: str = "",
     *,
     publication: bytes | None = None,
+    also: Callable[[Pipeline], object] | None = None,
     **fields: str,
 ) -> Moved:
     """Apply one move atomically; concurrent movers retry on the fresh state.
 
-    Moving to ``running`` takes out the task's lease; a terminal move drops it and,
-    with ``publication``, stores it and queues it in the outbox.
+    Moving to ``running`` takes out the task's lease; any other move drops it. A terminal
+    move with ``publication`` stores it and queues it in the outbox. ``also`` adds commands
+    to the same transaction (a hand-off enqueues the task's next job there, so the move and
+    the job exist together or not at all).
     """
     key = PREFIX + task_id
     with client.pipeline() as pipe:
@@ -138,10 +144,12 @@ def move(
                 pipe.zadd(REGISTRY + after.value, {task_id: now})
                 if after is State.RUNNING:
                     pipe.zadd(LEASES, {task_id: now + LEASE_S})
-                elif after in TERMINAL:
+                else:
                     pipe.zrem(LEASES, task_id)
-                    if publication is not None:
+                    if publication is not None and after in TERMINAL:
                         pipe.zadd(records.OUTBOX_KEY, {task_id: now})
+                if also is not None:
+                    also(pipe)
                 pipe.execute()
                 return Moved(task_id, before, after, detail)
             except redis.WatchError:

@@ -13,11 +13,16 @@ overwrite a newer state. So each issue has a record in Redis (the comment's id,
 and the ``received_at`` and id of the task that last wrote it), changed only by
 the holder of a short per-issue lock: a task older than the last writer writes
 nothing, and only the lock holder ever creates the comment.
+
+While an agent run holds the issue (``bot.records.RUN_LOCK_PREFIX``), other tasks'
+statuses ("a run is already in progress", a refusal) are shown but do not take the
+comment over: the run's later states, though older by arrival, still replace them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,11 +32,16 @@ import orjson
 import redis
 from githubkit import GitHub
 
+from bot import records
 from bot.errors import BatonError
+from bot.tasks import Task
+from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubApp
 from worker.github.limits import Output
-from worker.status import is_status_comment
+from worker.status import Status, is_status_comment, render
+
+log = logging.getLogger("baton.publish")
 
 ISSUE_PREFIX = "baton:issue:"  # + repo id : issue number -> hash {comment_id, received_at, task_id}
 LOCK_PREFIX = "baton:issue-lock:"
@@ -119,6 +129,8 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         theirs = (record.get("received_at", ""), record.get("task_id", ""))
         if theirs > mine:
             return f"status comment left to newer task {theirs[1]}"
+        run = cache.get(f"{records.RUN_LOCK_PREFIX}{pub.repo_id}:{pub.number}")
+        passing = run is not None and _text(run) != pub.task_id  # another task's run holds the issue
         digest = hashlib.sha256(pub.comment.encode()).hexdigest()
         comment_id = int(record["comment_id"]) if record.get("comment_id") else None
         if comment_id is not None and theirs == mine and record.get("body_sha256") == digest:
@@ -126,8 +138,10 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         comment_id = _write(gh, pub, comment_id, app_id)
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
-        cache.hset(issue, mapping={"comment_id": str(comment_id), "received_at": pub.received_at,
-                                   "task_id": pub.task_id, "body_sha256": digest})  # fmt: skip
+        mapping = {"comment_id": str(comment_id), "body_sha256": digest}
+        if not passing:
+            mapping.update(received_at=pub.received_at, task_id=pub.task_id)
+        cache.hset(issue, mapping=mapping)  # type: ignore[arg-type]
         cache.expire(issue, ISSUE_TTL_S)
         return f"status comment {comment_id}"
     finally:
@@ -166,3 +180,19 @@ def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
 
 def _release(cache: redis.Redis, lock: str, token: str) -> None:
     cache.register_script(_RELEASE)(keys=[lock], args=[token])
+
+
+def status_now(ctx: Context, task: Task, status: Status) -> str | None:
+    """Write a passing state (queued, running) at once, best effort: the task's final state goes
+    through the outbox and replaces it, so a GitHub error here is logged and nothing else."""
+    if ctx.github is None or task.repository is None or task.installation_id is None or task.number is None:
+        return None
+    pub = Publication(task.id, task.received_at, task.installation_id, task.repository.full_name,
+                      task.repository.id, task.number, render(status))  # fmt: skip
+    gh = ctx.github.for_repository(task.installation_id, task.repository.full_name, "report")
+    try:
+        return write_status(gh, ctx.redis, pub, ctx.app_id)
+    except BatonError as exc:
+        log.warning("status not written now", extra={"task": task.id, "state": str(status.state),
+                                                     "error": exc.code})  # fmt: skip
+        return None

@@ -43,6 +43,7 @@ from worker import context, jobs, lifecycle, outbox
 from worker.context import Context
 from worker.publish import publisher
 from worker.runner import box
+from worker.runs import admit
 
 log = logging.getLogger("baton.worker")
 
@@ -85,7 +86,8 @@ class BatonWorker(Worker):
         how = f"signal {os.WTERMSIG(ret_val)}" if ret_val and os.WIFSIGNALED(ret_val) else f"status {ret_val}"
         error = BatonError("worker-lost", f"the job process died ({how})")
         try:
-            jobs.end_abnormally(self.baton, job.id, job.args[0] if job.args else None, error)
+            data = job.args[0] if job.args else None
+            jobs.end_abnormally(self.baton, admit.task_id_of(job.id), data, error, job_id=job.id)
         except Exception:
             log.exception("could not end the task of a killed job process", extra={"task": job.id})
 
@@ -93,7 +95,7 @@ class BatonWorker(Worker):
 
     def maintain_heartbeats(self, job: Job) -> None:
         super().maintain_heartbeats(job)
-        lifecycle.renew_lease(self.connection, job.id)
+        lifecycle.renew_lease(self.connection, admit.task_id_of(job.id))
         self._sweep(publish=False)
 
     def run_maintenance_tasks(self) -> None:

@@ -44,6 +44,7 @@ class Status:
     next_steps: Sequence[str] = field(default_factory=tuple)
     evidence: str | None = None  # preformatted (the gate's explanation, policy problems), in a code block
     notices: Sequence[str] = field(default_factory=tuple)  # said once, at the end (e.g. which ceiling)
+    headline: str | None = None  # instead of the state's (e.g. "No changes" for a run that is done)
 
 
 def render(status: Status) -> str:
@@ -52,7 +53,7 @@ def render(status: Status) -> str:
     who = f" · agent {inert(status.agent)}" if status.agent else ""
     lines = [
         MARKER,
-        f"### Baton: {HEADLINE[status.state]}",
+        f"### Baton: {status.headline or HEADLINE[status.state]}",
         "",
         status.summary,
     ]

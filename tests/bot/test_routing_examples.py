@@ -33,7 +33,7 @@ EXPECTED: dict[tuple[str, str | None], str] = {
 }
 WHOLE_EVENT = {"installation": "installation_sync", "installation_repositories": "installation_sync"}
 QUEUE = {
-    "agent_run": queues.AGENTS.name,
+    "agent_run": queues.CONTROL.name,
     "merge_gate": queues.GATES.name,
     "merge_gate_rerun": queues.GATES.name,
     "check_action": queues.GATES.name,
@@ -96,14 +96,16 @@ def test_published_example_routes_as_the_table_says(
         assert task["installation_id"] == payload["installation"]["id"]
 
 
-def test_agent_label_becomes_an_agent_run_on_the_agents_queue(client: TestClient, rdb: redis.Redis) -> None:
+def test_agent_label_becomes_an_agent_run_admitted_on_the_control_queue(
+    client: TestClient, rdb: redis.Redis
+) -> None:
     payload = example("issues", "labeled")
     payload["label"]["name"] = "agent:codex"
     status, answer = deliver(client, "issues", payload)
     assert (status, answer["kind"]) == (202, "agent_run")
     task = job_of(rdb, answer).args[0]
     assert (task["agent"], task["number"]) == ("codex", payload["issue"]["number"])
-    assert job_of(rdb, answer).origin == queues.AGENTS.name
+    assert job_of(rdb, answer).origin == queues.CONTROL.name
 
 
 def test_removing_the_agent_label_or_closing_the_issue_cancels(

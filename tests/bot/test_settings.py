@@ -80,3 +80,35 @@ def test_require_org_policy_is_a_yes_or_no(raw: str, expected: bool) -> None:
 def test_a_require_org_policy_that_is_neither_stops_start_up() -> None:
     with pytest.raises(ConfigError, match="BATON_REQUIRE_ORG_POLICY must be true or false"):
         settings.load({"BATON_REQUIRE_ORG_POLICY": "maybe"})
+
+
+def test_agent_run_settings_are_read() -> None:
+    routes = "api.anthropic.com=127.0.0.1:8788, API.OpenAI.com=10.0.0.2:443"
+    loaded = settings.load({"BATON_DATA_DIR": "/var/lib/baton", "BATON_AGENT_ROUTES": routes,
+                            "BATON_AGENT_MODEL_URL": "http://api.anthropic.com"})  # fmt: skip
+    assert loaded.data_dir == Path("/var/lib/baton")
+    assert loaded.agent_routes == (
+        ("api.anthropic.com", "127.0.0.1", 8788),
+        ("api.openai.com", "10.0.0.2", 443),
+    )
+    assert loaded.agent_model_url == "http://api.anthropic.com"
+    assert settings.load({}).data_dir == Path.home() / ".local" / "share" / "baton"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"BATON_DATA_DIR": "relative/dir"}, "BATON_DATA_DIR must be an absolute path"),
+        (
+            {"BATON_AGENT_ROUTES": "api.anthropic.com"},
+            "BATON_AGENT_ROUTES: 'api.anthropic.com': expected HOST=IP:PORT",
+        ),
+        ({"BATON_AGENT_ROUTES": "h=1.2.3.4:99999"}, "expected HOST=IP:PORT"),
+        ({"BATON_AGENT_MODEL_URL": "ftp://x"}, "BATON_AGENT_MODEL_URL must be an http(s) URL"),
+        ({"BATON_AGENT_MODEL_URL": "https://user:pw@gateway"}, "without credentials"),
+    ],
+)
+def test_bad_agent_run_settings_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings.load(env)
+    assert message in caught.value.message

@@ -76,12 +76,12 @@ def test_accepted_delivery_is_an_rq_job_a_worker_can_read(client: TestClient, rd
     r = post(client, labeled("claude-code"), delivery=delivery)
     assert r.status_code == 202
     assert r.json() == {"status": "queued", "task_id": delivery, "kind": "agent_run"}
-    assert queued_ids(rdb, queues.AGENTS) == [delivery]
+    assert queued_ids(rdb, queues.CONTROL) == [delivery]
 
     job = Job.fetch(delivery, connection=rdb, serializer=JSONSerializer)
     assert job.func_name == queues.JOB_FUNCTION
     assert job.get_status() == "queued"
-    assert job.origin == queues.AGENTS.name
+    assert job.origin == queues.CONTROL.name
     task = job.args[0]
     assert task["kind"] == "agent_run"
     assert task["agent"] == "claude-code"
@@ -91,7 +91,7 @@ def test_accepted_delivery_is_an_rq_job_a_worker_can_read(client: TestClient, rd
     assert task["sender"] == {"login": "Codertocat", "type": "User"}
     assert len(task["payload_sha256"]) == 64
     assert task["untrusted"]["title"] == "Spelling error in the README file"
-    assert rdb.sismember(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queues.AGENTS.name)
+    assert rdb.sismember(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queues.CONTROL.name)
 
 
 def test_rotation_accepts_every_configured_secret(redis_url: str) -> None:
@@ -221,7 +221,7 @@ def test_redelivery_is_a_duplicate_and_makes_no_second_job(client: TestClient, r
     again = post(client, labeled(), delivery=delivery)
     assert first.status_code == 202
     assert (again.status_code, again.json()) == (200, {"status": "duplicate", "task_id": delivery})
-    assert queued_ids(rdb, queues.AGENTS) == [delivery]
+    assert queued_ids(rdb, queues.CONTROL) == [delivery]
     ttl = rdb.ttl(queues.DEDUPE_PREFIX + delivery)
     assert 7 * 24 * 3600 - 60 < ttl <= 7 * 24 * 3600
 
@@ -413,7 +413,7 @@ def test_health_ready_and_metrics(client: TestClient) -> None:
     assert 'baton_deliveries_total{outcome="queued"} 1' in text
     assert 'baton_deliveries_total{outcome="ignored"} 1' in text
     assert "baton_enqueue_seconds_count 1" in text
-    assert f'baton_queue_depth{{queue="{queues.AGENTS.name}"}} 1' in text
+    assert f'baton_queue_depth{{queue="{queues.CONTROL.name}"}} 1' in text
     assert f'baton_queue_depth{{queue="{queues.GATES.name}"}} 0' in text
 
 
@@ -457,7 +457,7 @@ def test_recovers_when_redis_forgets_the_script(client: TestClient, rdb: redis.R
     payload = fresh()
     assert post(client, payload, delivery=delivery).status_code == 202
     assert post(client, payload, delivery=delivery).status_code == 200
-    assert queued_ids(rdb, queues.AGENTS).count(delivery) == 1
+    assert queued_ids(rdb, queues.CONTROL).count(delivery) == 1
 
 
 def test_a_dropped_connection_costs_no_delivery(client: TestClient, rdb: redis.Redis) -> None:
@@ -467,7 +467,7 @@ def test_a_dropped_connection_costs_no_delivery(client: TestClient, rdb: redis.R
     assert killed >= 1
     r = post(client, fresh())
     assert r.status_code == 202, r.text
-    assert len(queued_ids(rdb, queues.AGENTS)) == 2
+    assert len(queued_ids(rdb, queues.CONTROL)) == 2
 
 
 def test_metrics_show_the_workers_counters_and_the_outbox(client: TestClient, rdb: redis.Redis) -> None:
@@ -493,7 +493,7 @@ def test_metrics_with_redis_silent_answer_in_time_and_say_so() -> None:
             assert time.monotonic() - started < 1.5
             assert r.status_code == 200
             assert "baton_outbox_pending -1" in r.text
-            assert f'baton_queue_depth{{queue="{queues.AGENTS.name}"}} -1' in r.text
+            assert f'baton_queue_depth{{queue="{queues.CONTROL.name}"}} -1' in r.text
             assert "baton_worker_events_total{" not in r.text
             ready = c.get("/readyz")
             assert ready.status_code == 503

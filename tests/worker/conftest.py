@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 from rq.job import Job
@@ -19,10 +20,14 @@ from bot.tasks import Task
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
 from tests.conftest import free_port, serve_app
+from worker import lifecycle
 from worker.context import Context
 from worker.github.client import AppCredentials, GitHubApp
 from worker.github.retry import RetryPolicy
 from worker.jobs import execute
+from worker.runner import box
+from worker.runs import admit
+from worker.runs.execute import run as execute_run
 
 #: Fast retries so fault tests stay quick; the bounds are what is tested.
 FAST = RetryPolicy(max_retries=3, base_delay=0.05, max_delay=0.2, max_wait=3.0)
@@ -44,6 +49,18 @@ class Stage:
 
     def run(self, delivery: dict[str, Any]) -> dict[str, str]:
         return execute(self.ctx, self.task(delivery))
+
+    def run_agent(self, task_id: str) -> dict[str, str]:
+        """The agents-queue job of an admitted run, as `baton worker` would pick it up."""
+        job_id = lifecycle.field(self.rdb, task_id, admit.JOB)
+        assert job_id is not None, f"task {task_id} was not handed to the agents queue"
+        job = Job.fetch(job_id, connection=self.rdb, serializer=JSONSerializer)
+        return execute(self.ctx, Task.from_dict(job.args[0]), handler=execute_run)
+
+    def issue_with(self, recipe: dict[str, Any], title: str = "Say hello", user: str = "maria") -> int:
+        """An issue whose body holds a recipe for the script agent (the most obedient agent)."""
+        body = f"Please do this.\n\n```baton-recipe\n{orjson.dumps(recipe).decode()}\n```\n"
+        return int(self.admin.create_issue(world.REPO, title=title, user=user, body=body)["number"])
 
     def issue(self, title: str = "Fix the spinner", user: str = "maria") -> int:
         return int(self.admin.create_issue(world.REPO, title=title, user=user)["number"])
@@ -72,7 +89,10 @@ def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any
             app = GitHubApp(
                 AppCredentials(str(w.app_id), w.private_key, server.url), rdb, timeout=5, retry=FAST
             )
-            yield Stage(server, admin, w, Context(rdb, app, w.app_id), rdb)
+            ctx = Context(
+                rdb, app, w.app_id, network_cutoff=box.probe().network_cutoff, data_dir=tmp_path / "data"
+            )
+            yield Stage(server, admin, w, ctx, rdb)
 
 
 @pytest.fixture

@@ -19,14 +19,14 @@ from worker.handlers import DECISION_PREFIX
 
 
 @pytest.mark.parametrize("who", ["ada", "maria", "wes"])
-def test_write_or_higher_labeling_is_accepted_with_one_status_comment(stage: Stage, who: str) -> None:
+def test_write_or_higher_labeling_is_admitted_with_one_status_comment(stage: Stage, who: str) -> None:
     number = stage.issue()
     result = stage.label(number, "claude-code", sender=who)
-    assert result["state"] == "accepted", result
+    assert result["state"] == "queued", result
     comments = stage.baton_comments(number)
     assert len(comments) == 1
-    assert "Accepted" in comments[0]["body"]
-    assert "agent runner arrives with a later Baton release" in comments[0]["body"]
+    assert "Queued" in comments[0]["body"]
+    assert "waiting for an agent worker" in comments[0]["body"]
     decision = orjson.loads(stage.rdb.get(DECISION_PREFIX + result["task_id"]) or b"{}")
     assert decision["decision"]["allowed"] is True
     assert {s["path"] for s in decision["sources"]} == {"baton.yml", ".github/baton.yml"}
@@ -78,10 +78,10 @@ def test_web_fetch_on_a_private_repo_is_denied_then_allowed_offline_in_the_same_
     assert "`/baton run researcher --offline`" in body
 
     allowed = stage.comment(number, "/baton run researcher --offline", user="maria")
-    assert allowed["state"] == "accepted"
+    assert allowed["state"] == "queued"
     [edited] = stage.baton_comments(number)  # still one comment: edited in place
     assert edited["id"] == comment["id"]
-    assert "Accepted" in edited["body"]
+    assert "Queued" in edited["body"]
     assert "offline" in edited["body"]
     record = orjson.loads(stage.rdb.get(DECISION_PREFIX + allowed["task_id"]) or b"{}")
     assert [r["name"] for r in record["decision"]["removed"]] == ["web_fetch"]
@@ -126,11 +126,11 @@ def test_policy_comes_from_the_default_branch_not_a_pull_request(stage: Stage) -
 
 def test_policy_files_are_read_once_per_commit(stage: Stage) -> None:
     for _ in range(3):
-        assert stage.label(stage.issue(), "claude-code", sender="maria")["state"] == "accepted"
+        assert stage.label(stage.issue(), "claude-code", sender="maria")["state"] == "queued"
     assert len(stage.requests("GET", "/contents/.github/baton.yml")) == 1
     assert len(stage.requests("GET", "/contents/baton.yml")) == 1
     stage.admin.commit(world.REPO, "main", {"README.md": "# widgets v2\n"})  # a new head: read again
-    assert stage.label(stage.issue(), "claude-code", sender="maria")["state"] == "accepted"
+    assert stage.label(stage.issue(), "claude-code", sender="maria")["state"] == "queued"
     assert len(stage.requests("GET", "/contents/.github/baton.yml")) == 2
 
 
@@ -154,16 +154,18 @@ def test_a_repo_file_that_widens_the_ceiling_is_reported_and_ignored(
     for st in make_stage(tmp_path, redis_url, rdb, repo_policy=widening):
         number = st.issue()
         assert st.label(number, "rogue", sender="maria")["state"] == "refused"  # the ceiling applied
-        assert st.label(number, "claude-code", sender="maria")["state"] == "accepted"
+        assert st.label(number, "claude-code", sender="maria")["state"] == "queued"
         body = st.baton_comments(number)[0]["body"]
         assert "a repository may only narrow the org policy" in body
 
 
 def test_a_refused_command_does_not_become_the_run_retry_repeats(stage: Stage) -> None:
     number = stage.issue()
-    assert stage.label(number, "claude-code", sender="maria")["state"] == "accepted"
+    first = stage.label(number, "script", sender="maria")
+    assert first["state"] == "queued"
+    assert stage.run_agent(first["task_id"])["state"] == "failed"  # no recipe in the issue
     assert stage.comment(number, "/baton run researcher", user="rita")["state"] == "refused"
     retried = stage.comment(number, "/baton retry", user="maria")
-    assert retried["state"] == "accepted"  # claude-code again, not rita's researcher (which is denied)
+    assert retried["state"] == "queued"  # the script agent again, not rita's researcher (which is denied)
     record = orjson.loads(stage.rdb.get(DECISION_PREFIX + retried["task_id"]) or b"{}")
-    assert record["decision"]["agent"] == "claude-code"
+    assert record["decision"]["agent"] == "script"

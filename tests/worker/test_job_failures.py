@@ -44,7 +44,7 @@ def test_a_task_whose_worker_died_ends_failed_and_says_so(stage: Stage, worker_e
 
     # A worker took the job, marked the task running, and was SIGKILLed.
     lifecycle.move(stage.rdb, task_id, lifecycle.State.RUNNING, "agent_run started")
-    registry = StartedJobRegistry(queues.AGENTS.name, connection=stage.rdb, serializer=JSONSerializer)
+    registry = StartedJobRegistry(queues.CONTROL.name, connection=stage.rdb, serializer=JSONSerializer)
     stage.rdb.zadd(registry.key, {f"{task_id}:{uuid.uuid4().hex}": time.time() + 60})  # job_id:execution_id
 
     # RQ's own cleanup, once the dead worker's heartbeat has expired.
@@ -61,11 +61,12 @@ def test_a_task_whose_worker_died_ends_failed_and_says_so(stage: Stage, worker_e
 def test_a_task_that_already_ended_is_left_as_it_is(stage: Stage, worker_env: None) -> None:
     number = stage.issue()
     delivery = stage.admin.label(world.REPO, number, ["agent:claude-code"], sender="maria")["deliveries"][-1]
-    assert stage.run(delivery)["state"] == "accepted"
+    assert stage.run(delivery)["state"] == "queued"
     job = Job.fetch(delivery["guid"], connection=stage.rdb, serializer=JSONSerializer)
+    # The admission job's late failure: the run it handed over is the task's job now.
     on_failure(job, stage.rdb, RuntimeError, RuntimeError("late"), None)
-    assert lifecycle.current(stage.rdb, delivery["guid"]) == lifecycle.State.ACCEPTED
-    assert "Accepted" in stage.baton_comments(number)[0]["body"]
+    assert lifecycle.current(stage.rdb, delivery["guid"]) == lifecycle.State.QUEUED
+    assert "Queued" in stage.baton_comments(number)[0]["body"]
 
 
 def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(stage: Stage, redis_url: str) -> None:
@@ -76,11 +77,11 @@ def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(stage: Stage, redis_
     task_id = stage.admin.label(world.REPO, number, ["agent:claude-code"], sender="maria")["deliveries"][-1][
         "guid"
     ]
-    stage.rdb.hset(Job.redis_job_namespace_prefix + task_id, "timeout", 2)  # the agents queue allows hours
+    stage.rdb.hset(Job.redis_job_namespace_prefix + task_id, "timeout", 2)  # the queue allows minutes
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING",
            "APP_ID": str(stage.world.app_id), "PRIVATE_KEY": stage.world.private_key,
            "GITHUB_API_URL": stage.server.url}  # fmt: skip
-    argv = [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.AGENTS.name, "--burst"]
+    argv = [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name, "--burst"]
     done = subprocess.run(argv,
                           env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]

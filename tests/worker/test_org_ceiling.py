@@ -30,7 +30,7 @@ def test_without_a_visible_org_repo_the_built_in_ceiling_applies_and_each_status
     unseen: Stage,
 ) -> None:
     number = unseen.issue()
-    assert unseen.label(number, "claude-code", sender="maria")["state"] == "accepted"
+    assert unseen.label(number, "claude-code", sender="maria")["state"] == "queued"
     [comment] = unseen.baton_comments(number)
     assert comment["body"].count(NOTICE) == 1
     # researcher exists only in the (unseen) org file: the repo file cannot add it.
@@ -94,7 +94,7 @@ def test_a_repo_file_that_narrows_and_widens_keeps_its_narrowing(
         number = st.issue()
         assert st.label(number, "rogue", sender="maria")["state"] == "refused"
         # Before: the whole file was dropped and researcher (with web_fetch) was denied on this private repo.
-        assert st.label(number, "researcher", sender="maria")["state"] == "accepted"
+        assert st.label(number, "researcher", sender="maria")["state"] == "queued"
         [comment] = st.baton_comments(number)
         assert "ignored (a repository may only narrow the org policy)" in comment["body"]
         assert "baton.yml:6:" in comment["body"]  # the rogue line, by line and column

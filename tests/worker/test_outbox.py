@@ -27,9 +27,9 @@ def test_a_status_comment_that_github_refuses_is_kept_and_posted_later(stage: St
     stage.admin.add_fault(f"/repos/{world.REPO}/issues/*/comments", method="POST", kind="status", status=500,
                           count=20)  # fmt: skip
     number = stage.issue()
-    result = stage.label(number, "claude-code", sender="maria")
+    result = stage.label(number, "researcher", sender="maria")
     task_id = result["task_id"]
-    assert result["state"] == "accepted"  # the decision stands; only the telling is late
+    assert result["state"] == "denied"  # the decision stands; only the telling is late
     assert stage.baton_comments(number) == []
     assert "github-call-failed" in (lifecycle.field(stage.rdb, task_id, "publish_error") or "")
     assert lifecycle.field(stage.rdb, task_id, "published") is None
@@ -40,7 +40,7 @@ def test_a_status_comment_that_github_refuses_is_kept_and_posted_later(stage: St
     stage.admin.clear_faults()
     assert outbox.attempt(stage.rdb, task_id, _act(stage), now=due + 0.1) is not None
     [comment] = stage.baton_comments(number)
-    assert "Accepted" in comment["body"]
+    assert "capability gate denied" in comment["body"]
     assert _pending(stage, task_id) is None
     assert (lifecycle.field(stage.rdb, task_id, "published") or "").startswith("status comment")
 
@@ -50,7 +50,7 @@ def test_retry_after_is_respected(stage: Stage) -> None:
     stage.admin.add_fault(comments, method="POST", kind="secondary_rate_limit",
                           status=403, retry_after=120, count=20)  # fmt: skip
     before = time.time()
-    result = stage.label(stage.issue(), "claude-code", sender="maria")
+    result = stage.label(stage.issue(), "researcher", sender="maria")
     due = _pending(stage, result["task_id"])
     assert due is not None
     assert due >= before + 119
@@ -59,7 +59,7 @@ def test_retry_after_is_respected(stage: Stage) -> None:
 def test_publishing_gives_up_after_its_bound_and_says_so(stage: Stage) -> None:
     stage.admin.add_fault(f"/repos/{world.REPO}/issues/*/comments", method="POST", kind="status", status=500,
                           count=50)  # fmt: skip
-    result = stage.label(stage.issue(), "claude-code", sender="maria")
+    result = stage.label(stage.issue(), "researcher", sender="maria")
     task_id = result["task_id"]
     later = time.time() + outbox.GIVE_UP_S + 1
     assert outbox.attempt(stage.rdb, task_id, _act(stage), now=later) is None
@@ -118,7 +118,7 @@ def test_a_gate_task_whose_worker_died_after_creating_its_run_completes_it_as_fa
 
 
 def test_a_publication_claimed_by_a_worker_that_died_is_retried_after_the_claim_lapses(stage: Stage) -> None:
-    result = stage.label(stage.issue(), "claude-code", sender="maria")
+    result = stage.label(stage.issue(), "researcher", sender="maria")
     task_id = result["task_id"]
     stage.rdb.zadd(records.OUTBOX_KEY, {task_id: time.time()})
     assert outbox.claim(stage.rdb, task_id, time.time())  # a worker claimed it, then died

@@ -39,7 +39,7 @@ def _permission_call(login: str) -> tuple[str, str]:
 def test_a_stranger_command_gets_no_reply_and_costs_one_call(stage: Stage, who: str, command: str) -> None:
     number = stage.issue()
     accepted = stage.label(number, "claude-code", sender="maria")
-    assert accepted["state"] == "accepted"
+    assert accepted["state"] == "queued"
     [before] = stage.baton_comments(number)
 
     delivery = _deliver_comment(stage, number, command, who)
@@ -144,7 +144,7 @@ def test_cancels_by_unlabel_or_close_are_authorised_like_a_run(
 ) -> None:
     """Closing an issue needs only triage (its author may close it), so this is checked too."""
     number = stage.issue(user=who if who != "maria" else "rita")
-    assert stage.label(number, "claude-code", sender="maria")["state"] == "accepted"
+    assert stage.label(number, "claude-code", sender="maria")["state"] == "queued"
     [before] = stage.baton_comments(number)
     if how == "unlabel":
         sent = stage.admin.unlabel(world.REPO, number, "agent:claude-code", sender=who)

@@ -39,7 +39,7 @@ def _worker(stage: Stage, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
     }
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.AGENTS.name],
+            [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name],
             env=env, stdout=out, stderr=out,
         )  # fmt: skip
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from bot import settings
 from worker.commands import _files
 from worker.commands._policy_files import add_org_flag, read_doc, report
 from worker.policy import Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
@@ -128,11 +129,11 @@ def read_issue(path: Path) -> runner.Issue:
 
 
 def _route(text: str) -> tuple[str, tuple[str, int]]:
-    host, _, where = text.partition("=")
-    ip, _, port = where.rpartition(":")
-    if not host or not ip or not port.isdigit():
-        raise ValueError(f"--route {text!r}: expected HOST=IP:PORT, e.g. api.anthropic.com=127.0.0.1:8788")
-    return host.lower(), (ip, int(port))
+    try:
+        host, ip, port = settings.parse_route(text)
+    except ValueError as exc:
+        raise ValueError(f"--route {exc}") from None
+    return host, (ip, port)
 
 
 def _repo_policy(repo: Path, base: str) -> PolicyDoc | None:

@@ -149,14 +149,18 @@ def create_check_run(
     external_id: str,
     details_url: str | None,
     output: Output,
+    conclusion: str | None = None,
 ) -> int:
+    """A check run on ``head_sha``: in progress, or already completed with ``conclusion``."""
     data: dict[str, Any] = {
         "name": name,
         "head_sha": head_sha,
         "external_id": external_id,
-        "status": "in_progress",
+        "status": "in_progress" if conclusion is None else "completed",
         "output": output.to_api(details_url),
     }
+    if conclusion is not None:
+        data["conclusion"] = conclusion
     if details_url:
         data["details_url"] = details_url
     return int(request(gh, "POST", f"{repo_path(full_name)}/check-runs", json=data)["id"])

@@ -47,9 +47,10 @@ DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0, pool=5.0)
 PERMISSIONS: dict[str, dict[str, str]] = {
     "read": {"metadata": "read", "contents": "read"},
     "report": {"metadata": "read", "contents": "read", "issues": "write", "checks": "write"},
-    "push": {
+    # Opening or updating a run's PR and its checks. Pushing is git's, with its own token (git_token).
+    "pull-request": {
         "metadata": "read",
-        "contents": "write",
+        "contents": "read",
         "issues": "write",
         "pull_requests": "write",
         "checks": "write",
@@ -143,6 +144,23 @@ class GitHubApp:
         return self._app.with_auth(
             self._app.auth.as_installation(installation_id, repositories=[name], permissions=permissions)  # type: ignore[arg-type]
         )
+
+    def git_token(self, installation_id: int, full_name: str, *, write: bool = False) -> str:
+        """A fresh installation token for git alone: ``contents`` read (or write) on ``full_name``.
+
+        Minted for one fetch or one push and never cached: it reaches git through that one
+        process's environment (``worker.runs.mirror``), so the narrowest token is the right one."""
+        path = f"/app/installations/{installation_id}/access_tokens"
+        body = {"repositories": [full_name.split("/", 1)[1]],
+                "permissions": {"contents": "write" if write else "read"}}  # fmt: skip
+        try:
+            data = self._app.request("POST", path, json=body).json()
+        except GitHubException as exc:
+            raise github_error(exc, f"minting a git token for {full_name}") from unwrap(exc)
+        token = data.get("token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token:
+            raise GitHubError("token-refused", f"GitHub answered no token for {full_name}")
+        return token
 
     def invalidate(self, installation_id: int) -> int:
         """Forget every cached token of an installation (it changed or was removed)."""

@@ -1,0 +1,183 @@
+"""Admitting an allowed run (control queue): the issue's lock and the budgets, then the hand-off.
+
+The gate has allowed the run. Before anything starts, one Redis transaction
+(``worker.runs.budget.reserve``) checks that no other run holds the issue and that
+the repository and the installation are within their daily runs, agent minutes and
+concurrent runs, and if so takes the issue's lock and counts the run. The task then
+moves back to ``queued`` and its run job is put on the agents queue in the same
+transaction (``hand_off``), so a crash leaves either both or neither.
+
+The lock is held long while the run waits for an agent worker (``QUEUED_LOCK_S``) and
+short while it runs (``RUN_LOCK_S``, renewed every second by the run's supervisor),
+so a dead worker's lock lapses within a minute and a lost queue entry's within hours.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from redis.client import Pipeline
+from rq.job import Callback
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+
+from bot import queues, records
+from bot.tasks import Task
+from worker import lifecycle
+from worker.context import Context
+from worker.lifecycle import State
+from worker.policy import Policy
+from worker.runs import budget
+
+log = logging.getLogger("baton.runs")
+
+RUN_LOCK_S = 60.0
+QUEUED_LOCK_S = 6 * 3600.0
+#: A run whose worker was lost is tried once more, then ends failed.
+MAX_ATTEMPTS = 2
+#: Record fields of an admitted run: what the run job reads back.
+AGENT, OFFLINE, ATTEMPT, JOB = "run_agent", "run_offline", "run_attempt", "run_job"
+
+
+def lock_key(task: Task) -> str:
+    assert task.repository is not None
+    assert task.number is not None
+    return f"{records.RUN_LOCK_PREFIX}{task.repository.id}:{task.number}"
+
+
+def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
+    """The repository's budget and the installation's (from the org file); ``policy`` None: keys only."""
+    assert task.repository is not None
+    assert task.installation_id is not None
+    repo_limits = policy.limits if policy is not None else None
+    org = repo_limits.installation if repo_limits is not None else None
+    return [
+        budget.Scope(
+            f"repo:{task.repository.id}",
+            task.repository.full_name,
+            repo_limits.max_runs_per_day if repo_limits else None,
+            repo_limits.max_agent_minutes_per_day if repo_limits else None,
+            repo_limits.max_concurrent_runs if repo_limits else None,
+        ),
+        budget.Scope(
+            f"installation:{task.installation_id}",
+            f"installation {task.installation_id}",
+            org.max_runs_per_day if org else None,
+            org.max_agent_minutes_per_day if org else None,
+            org.max_concurrent_runs if org else None,
+        ),
+    ]
+
+
+def reserve(ctx: Context, task: Task, policy: Policy) -> budget.Verdict:
+    return budget.reserve(
+        ctx.redis,
+        scopes(task, policy),
+        task_id=task.id,
+        now=datetime.now(UTC),
+        lease_s=QUEUED_LOCK_S,
+        lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
+    )
+
+
+def renew(ctx: Context, task: Task) -> bool:
+    """Keep the run's lock and concurrency slots for another RUN_LOCK_S; False if the lock is not ours."""
+    return budget.renew(
+        ctx.redis,
+        scopes(task, None),
+        task_id=task.id,
+        now=datetime.now(UTC),
+        lease_s=RUN_LOCK_S,
+        lock=(lock_key(task), int(RUN_LOCK_S * 1000)),
+    )
+
+
+def release(
+    ctx: Context,
+    task: Task,
+    *,
+    started: str | None,
+    agent_seconds: float = 0.0,
+    cost_usd: float | None = None,
+) -> None:
+    """The run is over: its minutes and cost counted on the day it started, lock and slots freed."""
+    day = started[:10] if started else budget.day(datetime.now(UTC))
+    budget.release(
+        ctx.redis,
+        scopes(task, None),
+        task_id=task.id,
+        day=day,
+        agent_seconds=agent_seconds,
+        cost_usd=cost_usd,
+        lock_key=lock_key(task),
+    )
+
+
+def job_id(task_id: str, attempt: int) -> str:
+    return f"{task_id}_run{attempt}"
+
+
+def task_id_of(job_id_: str) -> str:
+    """The task a job serves: run jobs are ``<task>_run<n>``, every other job is its task's id."""
+    head, dot, tail = job_id_.rpartition("_run")
+    return head if dot and tail.isdigit() else job_id_
+
+
+def hand_off(ctx: Context, task: Task, detail: str, *, attempt: int, **fields: str) -> str:
+    """RUNNING -> QUEUED, with the run job on the agents queue, in one transaction. Returns the job id.
+
+    Raises lifecycle.IllegalMove if the task ended meanwhile (then nothing was enqueued)."""
+    job = job_id(task.id, attempt)
+    spec = queues.AGENTS
+    queue = Queue(spec.name, connection=ctx.redis, serializer=JSONSerializer)
+
+    def enqueue(pipe: Pipeline) -> None:
+        queue.enqueue_call(
+            queues.RUN_FUNCTION,
+            args=[task.to_dict()],
+            job_id=job,
+            timeout=spec.job_timeout,
+            result_ttl=queues.RESULT_TTL_S,
+            failure_ttl=queues.FAILURE_TTL_S,
+            on_failure=Callback(queues.FAILURE_CALLBACK),
+            pipeline=pipe,
+        )
+
+    lifecycle.move(
+        ctx.redis,
+        task.id,
+        State.QUEUED,
+        detail,
+        publication=None,
+        also=enqueue,
+        **{ATTEMPT: str(attempt), JOB: job, **fields},
+    )
+    log.info("run handed to the agents queue", extra={"task": task.id, "job": job, "attempt": attempt})
+    return job
+
+
+_RELOCK = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+def relock(ctx: Context, task: Task) -> bool:
+    """Hold the issue again for a retry (its lock may have lapsed with its worker); False if
+    another task holds it now."""
+    held = ctx.redis.register_script(_RELOCK)(
+        keys=[lock_key(task)], args=[task.id, int(QUEUED_LOCK_S * 1000)]
+    )
+    if held:
+        budget.renew(
+            ctx.redis,
+            scopes(task, None),
+            task_id=task.id,
+            now=datetime.now(UTC),
+            lease_s=QUEUED_LOCK_S,
+            lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
+        )
+    return bool(held)

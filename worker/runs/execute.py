@@ -1,0 +1,503 @@
+"""The run itself (agents queue): checkout, the runner, then a branch and one pull request.
+
+Steps, each on fresh state:
+  1. a cancel asked for after this run was requested ends it before anything starts;
+  2. a supervisor thread renews the issue's lock, the concurrency slots and the task's
+     lease every second, and stops the box if a cancel arrives or the lock is lost;
+  3. the policy is loaded again at the default branch's head, which is also the base
+     the agent starts from (the runner decides again on it: a changed policy may deny);
+  4. the repository's mirror is fetched with a ``contents: read`` token and the runner
+     runs the agent on a plain copy of the base (``worker.runner.run``);
+  5. if inspection passed, the commit (the App's bot as author, the person who asked
+     as co-author, a ``Baton-Task`` trailer) is pushed to ``baton/issue-<n>`` with a
+     ``contents: write`` token, never forced; if that branch has commits Baton did not
+     make, nothing is pushed and the status says so;
+  6. one pull request per issue: opened, or updated on a later run; the ``baton/trifecta``
+     and ``baton/agent`` check runs are put on its head.
+
+A retry of a task whose worker died after its push finds its own commit on the branch
+(by the trailer) and goes straight to step 6, so a crash never makes a second PR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+from githubkit import GitHub
+
+from bot.errors import BatonError
+from bot.tasks import Task
+from worker import config, lifecycle
+from worker.context import Context
+from worker.github import api
+from worker.github.client import GitHubError
+from worker.github.limits import Output
+from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
+from worker.lifecycle import State
+from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, decide, explain
+from worker.policy.model import Agent
+from worker.publish import status_now
+from worker.runner import adapters, inspect_git
+from worker.runner import run as runner
+from worker.runs import admit, cancel, report
+from worker.runs.mirror import Mirror, MirrorError, Remote
+
+log = logging.getLogger("baton.runs")
+
+RECORD_PREFIX = "baton:run:"  # + task id -> the run record (JSON), for the evidence and a retry
+TICK_S = 1.0
+#: Redis unreachable this long: the run cannot prove it still holds the issue, so it stops.
+REDIS_GRACE_S = 20.0
+
+
+# -- the supervisor ---------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Keeps the run's claims alive and stops the box on a cancel (from any worker) or a lost lock."""
+
+    def __init__(self, ctx: Context, task: Task) -> None:
+        self.ctx, self.task = ctx, task
+        self.stop = threading.Event()
+        self.reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"baton-supervisor-{task.id}", daemon=True)
+
+    def __enter__(self) -> Supervisor:
+        self.tick()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def halt(self, reason: str) -> None:
+        if not self.stop.is_set():
+            self.reason = reason
+            self.stop.set()
+            log.warning("stopping the run", extra={"task": self.task.id, "reason": reason})
+
+    def _loop(self) -> None:
+        failing_since: float | None = None
+        while not self._done.wait(TICK_S):
+            try:
+                self.tick()
+                failing_since = None
+            except redis.RedisError as exc:
+                failing_since = failing_since or time.monotonic()
+                log.warning(
+                    "supervisor could not reach Redis", extra={"task": self.task.id, "error": str(exc)}
+                )
+                if time.monotonic() - failing_since > REDIS_GRACE_S:
+                    self.halt("the worker lost Redis, so it could no longer hold the issue's run lock")
+
+    def tick(self) -> None:
+        ctx, task = self.ctx, self.task
+        repo, _ = _where(task)
+        lifecycle.renew_lease(ctx.redis, task.id)
+        if not admit.renew(ctx, task):
+            self.halt("the run lost the issue's lock")
+        found = cancel.applies(ctx.redis, repo.id, task.number or 0, task.received_at)
+        if found is not None:
+            self.halt(found.reason())
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What the run job works from: read once, from the task's record and fresh GitHub state."""
+
+    agent: str
+    offline: bool
+    attempt: int
+    number: int
+    full_name: str
+    clone_url: str = ""
+    issue: dict[str, Any] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()  # which ceiling applied, said on every status of the run
+
+
+def run(ctx: Context, task: Task) -> Result:
+    repo, _ = _where(task)
+    if task.number is None:
+        raise BatonError("no-issue", "an agent run needs an issue")
+    plan = Plan(
+        agent=lifecycle.field(ctx.redis, task.id, admit.AGENT) or task.agent or "",
+        offline=lifecycle.field(ctx.redis, task.id, admit.OFFLINE) == "1",
+        attempt=int(lifecycle.field(ctx.redis, task.id, admit.ATTEMPT) or 1),
+        number=task.number,
+        full_name=repo.full_name,
+    )
+    early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
+    if early is not None:
+        record = {"agent": plan.agent, "outcome": "cancelled", "reason": early.reason()}
+        return Result(
+            State.CANCELLED,
+            f"cancelled before it started: {early.reason()}",
+            report.ended(task.id, plan.agent, record),
+        )
+    with Supervisor(ctx, task) as supervisor:
+        try:
+            return _run(ctx, task, plan, supervisor)
+        finally:
+            _forget_local_branch(ctx, task)
+
+
+def _forget_local_branch(ctx: Context, task: Task) -> None:
+    """The run's own branch in the mirror has served (pushed, or judged): drop it, so refs do not pile up."""
+    repo, _ = _where(task)
+    mirror = Mirror(ctx.data_dir, repo.id)
+    if not mirror.path.exists():
+        return
+    try:
+        if mirror.head(f"refs/heads/{_local_branch(task)}") is not None:
+            mirror.run("update-ref", "-d", f"refs/heads/{_local_branch(task)}")
+    except MirrorError as exc:
+        log.warning("could not drop the run's local branch", extra={"task": task.id, "error": exc.message})
+
+
+def _local_branch(task: Task) -> str:
+    return f"baton/task-{task.id}"
+
+
+def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result:
+    app = ctx.need_github()
+    repo, installation = _where(task)
+    try:
+        loaded = config.load(
+            app, ctx.redis, installation, repo.full_name, require_org_policy=ctx.require_org_policy
+        )
+    except PolicyError as exc:
+        return _policy_failed(task, exc, speak=True)
+    policy, head = loaded.merged.policy, loaded.repo
+    plan.notices = tuple(loaded.notices)
+    gh = app.for_repository(installation, repo.full_name, "pull-request")
+    plan.issue = api.request(gh, "GET", f"{api.repo_path(repo.full_name)}/issues/{plan.number}")
+    plan.clone_url = str(api.request(gh, "GET", api.repo_path(repo.full_name))["clone_url"])
+    if (agent := policy.agents.get(plan.agent)) is not None:
+        running = report.running(task.id, plan.agent, adapter=agent.adapter, version=_adapter_version(agent),
+                                 box=_box_promise(ctx), attempt=plan.attempt)  # fmt: skip
+        status_now(ctx, task, dataclasses.replace(running, notices=plan.notices))
+
+    mirror = Mirror(ctx.data_dir, repo.id)
+    branch = report.branch_for(plan.number)
+    read = Remote(plan.clone_url, app.git_token(installation, repo.full_name))
+    with mirror.locked():
+        found = mirror.fetch(read, [head.branch, branch])
+    tip = found.get(branch)
+    saved = _saved(ctx, task.id)
+    if tip is not None and saved is not None and saved.get("commit") == tip:
+        record = saved  # pushed by an earlier attempt of this task: only the PR is left to do
+    else:
+        if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
+            record = {
+                "agent": plan.agent,
+                "outcome": "conflict",
+                "reason": f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
+                f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
+            }
+            return _ended(task, plan, record)
+        parents = _parents(mirror.path, head.sha, tip)
+        try:
+            run_record = runner.run(
+                _request(
+                    ctx,
+                    task,
+                    plan,
+                    policy,
+                    base=head.sha,
+                    private=head.private,
+                    repo_dir=mirror.path,
+                    parents=parents,
+                ),
+                stop=supervisor.stop,
+            )
+        except UnknownAgent:
+            record = {
+                "agent": plan.agent,
+                "outcome": "denied",
+                "reason": "the agent is no longer in this repository's policy",
+            }
+            return _ended(task, plan, record)
+        record = run_record.to_data()
+        record["explanation"] = _explain(ctx, policy, plan, head.private)
+        if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
+            record["outcome"], record["reason"] = "cancelled", supervisor.reason
+        _save(ctx, task.id, record)
+        if record["outcome"] != "done":
+            return _ended(task, plan, record, agent_env=_secrets(ctx, policy, plan.agent))
+        write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
+        try:
+            with mirror.locked():
+                if supervisor.reason is not None:  # the last moment a cancel can still stop the push
+                    record = {**record, "outcome": "cancelled", "reason": supervisor.reason}
+                    _save(ctx, task.id, record)
+                    return _ended(task, plan, record)
+                mirror.push(write, str(record["commit"]), branch, expect=tip)
+        except MirrorError as exc:
+            if exc.code != "push-rejected":
+                raise
+            record = {
+                **record,
+                "outcome": "conflict",
+                "reason": f"GitHub refused the push to `{branch}`: it changed while the agent ran",
+            }
+            return _ended(task, plan, record)
+    return _publish(ctx, task, plan, gh, record, base_branch=head.branch)
+
+
+def _request(
+    ctx: Context,
+    task: Task,
+    plan: Plan,
+    policy: Policy,
+    *,
+    base: str,
+    private: bool,
+    repo_dir: Path,
+    parents: tuple[str, ...],
+) -> runner.RunRequest:
+    title = str(plan.issue.get("title") or "")
+    body = str(plan.issue.get("body") or "")
+    message = report.commit_message(
+        title=title, number=plan.number, task_id=task.id, agent=plan.agent, co_author=_co_author(ctx, task)
+    )
+    return runner.RunRequest(
+        agent=plan.agent,
+        repo=repo_dir,
+        base=base,
+        issue=runner.Issue(title, body),
+        policy=policy,
+        repo_private=private,
+        offline=plan.offline,
+        run_id=task.id,
+        env_values={name: os.environ[name] for name in _env_names(policy, plan.agent) if name in os.environ},
+        model_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
+        model_base_url=ctx.agent_model_url,
+        commit=runner.CommitSpec(
+            branch=_local_branch(task), message=message, author=_bot(ctx, task), parents=parents
+        ),
+    )
+
+
+def _ended(task: Task, plan: Plan, record: Mapping[str, Any], agent_env: tuple[str, ...] = ()) -> Result:
+    status = dataclasses.replace(report.ended(task.id, plan.agent, record, agent_env), notices=plan.notices)
+    fields = _usage_fields(record)
+    return Result(status.state, f"{record.get('outcome')}: {record.get('reason')}", status, fields=fields)
+
+
+def _usage_fields(record: Mapping[str, Any]) -> dict[str, str]:
+    fields = {"run_outcome": str(record.get("outcome"))}
+    agent_s = (record.get("durations") or {}).get("agent_s")
+    if isinstance(agent_s, int | float):
+        fields["agent_seconds"] = f"{agent_s:.3f}"
+    cost = record.get("cost_usd") or (record.get("agent_result") or {}).get("cost_usd")
+    if isinstance(cost, int | float):
+        fields["cost_usd"] = f"{cost:.6f}"
+    if record.get("started_at"):
+        fields["run_started_at"] = str(record["started_at"])
+    return fields
+
+
+# -- publishing: the pull request and its check runs -------------------------------------------------
+
+
+def _publish(
+    ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], record: Mapping[str, Any], *, base_branch: str
+) -> Result:
+    repo, _ = _where(task)
+    branch = report.branch_for(plan.number)
+    explanation = str(record.get("explanation") or _explanation(record))
+    body = report.pr_body(number=plan.number, task_id=task.id, record=record, explanation=explanation)
+    title = report.pr_title(str(plan.issue.get("title") or ""), plan.number)
+    pr, updated = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
+    commit = str(record["commit"])
+    for name, (check_title, summary) in (
+        (report.TRIFECTA_CHECK, report.trifecta_check(explanation)),
+        (report.AGENT_CHECK, report.agent_check(record)),
+    ):
+        _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title, summary=summary)
+    fields = {**_usage_fields(record), "pull_request": str(pr["number"]), "head_sha": commit}
+    return Result(
+        State.PR_OPENED,
+        f"pull request #{pr['number']} {'updated' if updated else 'opened'}",
+        dataclasses.replace(
+            report.pr_opened(task.id, plan.agent, record, pr, updated=updated), notices=plan.notices
+        ),
+        fields=fields,
+    )
+
+
+def open_or_update(
+    gh: GitHub[Any], full_name: str, *, head: str, base: str, title: str, body: str
+) -> tuple[dict[str, Any], bool]:
+    """The one open PR for ``head``: updated if it exists (a retry), else opened. (pr, updated)."""
+    owner = full_name.split("/", 1)[0]
+    path = f"{api.repo_path(full_name)}/pulls"
+    for attempt in range(2):
+        found = api.request(gh, "GET", path, params={"head": f"{owner}:{head}", "state": "open"})
+        if found:
+            pr = found[0]
+            updated = api.request(gh, "PATCH", f"{path}/{pr['number']}", json={"body": body})
+            return updated, True
+        try:
+            return api.request(
+                gh,
+                "POST",
+                path,
+                json={
+                    "title": title,
+                    "head": head,
+                    "base": base,
+                    "body": body,
+                    "maintainer_can_modify": True,
+                },
+            ), False
+        except GitHubError as exc:
+            if exc.status != 422 or attempt:  # 422: one was opened meanwhile; find it
+                raise
+    raise BatonError("pull-request-failed", "GitHub neither listed nor opened the pull request")
+
+
+def _check(
+    gh: GitHub[Any], full_name: str, sha: str, *, task_id: str, name: str, title: str, summary: str
+) -> None:
+    """A completed check run on ``sha``, once per task (a retry finds the one it made)."""
+    existing = api.request(
+        gh,
+        "GET",
+        f"{api.repo_path(full_name)}/commits/{sha}/check-runs",
+        params={"check_name": name, "filter": "all"},
+    )
+    if any(r.get("external_id") == task_id for r in existing.get("check_runs", [])):
+        return
+    api.create_check_run(
+        gh,
+        full_name,
+        name=name,
+        head_sha=sha,
+        external_id=task_id,
+        details_url=None,
+        output=Output(title, summary),
+        conclusion="success",
+    )
+
+
+def _explanation(record: Mapping[str, Any]) -> str:
+    decision = record.get("decision") or {}
+    return orjson.dumps(decision, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+# -- identities, secrets, the mirror ---------------------------------------------------------------
+
+
+_BOT_CACHE = "baton:app-bot"
+
+
+def _bot(ctx: Context, task: Task) -> tuple[str, str]:
+    """The App's bot user as git author: ``slug[bot]`` and its noreply address, as GitHub records it."""
+    cached = ctx.redis.get(_BOT_CACHE)
+    if cached is not None:
+        name, email = orjson.loads(cached)
+        return str(name), str(email)
+    app = ctx.need_github()
+    repo, installation = _where(task)
+    slug = str(api.request(app.app, "GET", "/app")["slug"])  # the JWT reads the App itself
+    login = f"{slug}[bot]"
+    user = api.request(app.for_repository(installation, repo.full_name, "read"), "GET", f"/users/{login}")
+    found = (login, f"{user['id']}+{login}@users.noreply.github.com")
+    ctx.redis.set(_BOT_CACHE, orjson.dumps(found), ex=24 * 3600)
+    return found
+
+
+def _co_author(ctx: Context, task: Task) -> str | None:
+    """``login <id+login@users.noreply.github.com>`` for the person who asked (GitHub credits it)."""
+    if task.sender.is_bot or task.installation_id is None or task.repository is None:
+        return None
+    gh = ctx.need_github().for_repository(task.installation_id, task.repository.full_name, "read")
+    try:
+        user = api.request(gh, "GET", f"/users/{task.sender.login}")
+    except GitHubError:
+        return None  # credit is not worth failing a run for
+    return f"{task.sender.login} <{user['id']}+{task.sender.login}@users.noreply.github.com>"
+
+
+def _env_names(policy: Policy, agent: str) -> tuple[str, ...]:
+    found = policy.agents.get(agent)
+    return tuple(found.env) if found is not None else ()
+
+
+def _secrets(ctx: Context, policy: Policy, agent: str) -> tuple[str, ...]:
+    """Values the agent was given (API keys): never shown, even if the agent printed them."""
+    del ctx
+    return tuple(os.environ[name] for name in _env_names(policy, agent) if os.environ.get(name))
+
+
+def _box_promise(ctx: Context) -> str:
+    return (
+        "network cut off except through Baton's egress proxy"
+        if ctx.network_cutoff
+        else ("this machine cannot cut the agent's network; the gate counted it as open")
+    )
+
+
+def _foreign_commits(repo_dir: Path, base: str, tip: str) -> list[str]:
+    """Commits on the branch (not on the base) that Baton did not make: no ``Baton-Task`` trailer."""
+    with inspect_git.session(repo_dir) as git:
+        listed = git.run("log", "--format=%H%x00%B%x01", tip, f"^{base}").decode("utf-8", "replace")
+    foreign = []
+    for entry in listed.split("\x01"):
+        sha, _, message = entry.strip("\n").partition("\x00")
+        if sha and report.trailer(message) is None:
+            foreign.append(sha)
+    return foreign
+
+
+def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:
+    """On top of the branch's tip when there is one; with the base as second parent if the branch
+    does not contain it yet, so the PR's diff is exactly this run's change against today's base."""
+    if tip is None:
+        return ()
+    with inspect_git.session(repo_dir) as git:
+        contains = git.call("merge-base", "--is-ancestor", base, tip)[0] == 0
+    return (tip,) if contains else (tip, base)
+
+
+def _saved(ctx: Context, task_id: str) -> dict[str, Any] | None:
+    raw = ctx.redis.get(RECORD_PREFIX + task_id)
+    return orjson.loads(raw) if raw else None
+
+
+def _save(ctx: Context, task_id: str, record: Mapping[str, Any]) -> None:
+    ctx.redis.set(
+        RECORD_PREFIX + task_id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
+    )
+
+
+def _explain(ctx: Context, policy: Policy, plan: Plan, private: bool) -> str:
+    """The gate's decision in words: the same inputs as the runner's, so the same decision."""
+    facts = TaskFacts(
+        agent=plan.agent, repo_private=private, offline=plan.offline, network_cutoff=ctx.network_cutoff
+    )
+    return explain(decide(policy, facts))
+
+
+def _adapter_version(agent: Agent) -> str | None:
+    spec = adapters.SPECS[agent.adapter]
+    try:
+        return adapters.version(spec, adapters.locate(spec, agent, os.environ.get("PATH", "/usr/bin:/bin")))
+    except adapters.AgentMissing:
+        return None

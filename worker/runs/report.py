@@ -1,0 +1,300 @@
+"""What a run says on GitHub: the status for each outcome, the pull request's body, its check runs.
+
+Pure functions of the run record (``worker.runner.run.RunRecord.to_data()``), so the
+same run always reads the same. The record is partly agent-written (its output tail,
+its own summary, file paths it made up): those reach Markdown only through ``inert``
+and ``fenced``, and the output tail is redacted first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from worker.lifecycle import State
+from worker.messages import fenced, inert
+from worker.status import Status
+
+#: Check runs a finished run leaves on its commit.
+TRIFECTA_CHECK = "baton/trifecta"
+AGENT_CHECK = "baton/agent"
+#: The trailer that ties a commit to the task that made it: how a retried task finds its own push.
+TASK_TRAILER = "Baton-Task"
+#: Last lines of the agent's output shown on the issue.
+TAIL_LINES = 15
+
+#: Tokens of the kinds an agent's output could echo; shown as [redacted] whatever the run was given.
+_TOKEN_SHAPES = re.compile(
+    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{16,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{16,}"
+)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every given secret (8+ characters) and anything token-shaped replaced."""
+    for secret in sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return _TOKEN_SHAPES.sub("[redacted]", text)
+
+
+def branch_for(number: int) -> str:
+    return f"baton/issue-{number}"
+
+
+def commit_message(*, title: str, number: int, task_id: str, agent: str, co_author: str | None) -> str:
+    """Subject from the issue (one line, cut), then the trailers a retry and a reviewer read."""
+    subject = " ".join(title.split())[:72] or f"Issue #{number}"
+    lines = [subject, "", f"Baton ran agent {agent} for #{number}.", ""]
+    lines.append(f"{TASK_TRAILER}: {task_id}")
+    if co_author:
+        lines.append(f"Co-authored-by: {co_author}")
+    return "\n".join(lines) + "\n"
+
+
+def trailer(message: str, name: str = TASK_TRAILER) -> str | None:
+    """The value of the last ``name:`` trailer line in a commit message, if any."""
+    found = [line.split(":", 1)[1].strip() for line in message.splitlines() if line.startswith(f"{name}:")]
+    return found[-1] if found else None
+
+
+# -- the record in words ------------------------------------------------------------------------
+
+
+def _minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def egress_summary(egress: Sequence[Mapping[str, Any]]) -> str:
+    if not egress:
+        return "no network connections"
+    parts = []
+    for e in egress:
+        verdict = "allowed" if e.get("allowed") else "refused"
+        parts.append(f"{e.get('host')}:{e.get('port')} {verdict} x{e.get('connections', 0)}")
+    return "; ".join(parts)
+
+
+def box_summary(box: Mapping[str, Any] | None) -> str:
+    """Which protections were in force, and which were not (never claim one that was not)."""
+    if not box:
+        return "no box was started"
+    on = sorted(k for k, v in box.items() if isinstance(v, Mapping) and v.get("in_force"))
+    off = sorted(k for k, v in box.items() if isinstance(v, Mapping) and not v.get("in_force"))
+    text = f"network {box.get('network', 'unknown')}; in force: {', '.join(on) or 'none'}"
+    return text + (f"; not in force: {', '.join(off)}" if off else "")
+
+
+def run_lines(record: Mapping[str, Any]) -> list[str]:
+    """The run, one fact per line, for the status comment, the PR body and the agent check."""
+    diff = record.get("diff") or {}
+    agent_result = record.get("agent_result") or {}
+    cost = agent_result.get("cost_usd")
+    adapter = f"{record.get('adapter')} {record.get('adapter_version') or '(version unknown)'}"
+    lines = [
+        f"Agent {inert(str(record.get('agent')))} through adapter {inert(adapter)}",
+        f"Decision `sha256:{record.get('decision_sha256', '')[:16]}…`",
+        f"Box: {box_summary(record.get('box'))}",
+        f"Egress: {inert(egress_summary(record.get('egress') or []), 400)}",
+        f"Agent time {_minutes((record.get('durations') or {}).get('agent_s'))}, "
+        f"total {_minutes((record.get('durations') or {}).get('total_s'))}"
+        + (f", model cost ${cost:.4f} (as the CLI reported it)" if isinstance(cost, int | float) else ""),
+    ]
+    if diff:
+        lines.append(
+            f"Diff: {diff.get('files', 0)} files, +{diff.get('insertions', 0)} -{diff.get('deletions', 0)}"
+        )
+    return lines
+
+
+def _sentence(text: str) -> str:
+    """Baton's own reason as a sentence: capital first, full stop last."""
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else ""
+
+
+def _tail(record: Mapping[str, Any], secrets: Iterable[str]) -> str | None:
+    tail = str(record.get("output_tail") or "").strip()
+    if not tail:
+        return None
+    return "\n".join(redact(tail, secrets).splitlines()[-TAIL_LINES:])
+
+
+# -- statuses ------------------------------------------------------------------------------------
+
+
+def queued(
+    task_id: str, agent: str, *, offline: bool, context: Sequence[str], notices: Sequence[str] = ()
+) -> Status:
+    mode = " offline" if offline else ""
+    return Status(
+        State.QUEUED,
+        task_id,
+        agent,
+        f"The capability gate allowed this{mode} run of {inert(agent)}. It is waiting for an agent worker.",
+        details=context,
+        next_steps=("Comment `/baton cancel` to stop it.",),
+        notices=notices,
+    )
+
+
+def running(task_id: str, agent: str, *, adapter: str, version: str | None, box: str, attempt: int) -> Status:
+    again = " (second attempt: the worker running the first one was lost)" if attempt > 1 else ""
+    return Status(
+        State.RUNNING,
+        task_id,
+        agent,
+        f"The agent is running in its box{again}. This comment changes when it ends.",
+        details=(f"Adapter {inert(adapter)} {inert(version or 'version unknown')}", f"Box: {box}"),
+        next_steps=("Comment `/baton cancel` to stop it; nothing is pushed then.",),
+    )
+
+
+def busy(task_id: str, agent: str | None, holder: str) -> Status:
+    return Status(
+        State.REFUSED,
+        task_id,
+        agent,
+        f"A run is already in progress on this issue (task `{holder}`), so this request started nothing.",
+        headline="⏳ A run is already in progress",
+        next_steps=("Wait for it to finish, or comment `/baton cancel` to stop it and then ask again.",),
+    )
+
+
+def over_budget(task_id: str, agent: str, lines: Sequence[str]) -> Status:
+    return Status(
+        State.REFUSED,
+        task_id,
+        agent,
+        "Baton started no agent: this run is over its budget.",
+        details=lines,
+        headline="💸 Over budget",
+        next_steps=(
+            "Wait for the budget to reset, or ask an org admin to raise `limits` in `.github/baton.yml`.",
+        ),
+    )
+
+
+def pr_opened(
+    task_id: str, agent: str, record: Mapping[str, Any], pr: Mapping[str, Any], *, updated: bool
+) -> Status:
+    verb = "updated" if updated else "opened"
+    link = f"[#{pr['number']}]({pr['html_url']})"
+    return Status(
+        State.PR_OPENED,
+        task_id,
+        agent,
+        f"Pull request {link} {verb} from branch `{pr['head']['ref']}`.",
+        details=run_lines(record),
+        headline=f"📬 Pull request {verb}",
+        next_steps=(
+            "Review it like any other pull request; Baton's checks are on it.",
+            "Comment `/baton retry` to run the agent again under the current policy.",
+        ),
+    )
+
+
+def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable[str] = ()) -> Status:
+    """A run that opened no pull request: why, in Baton's words, and what the agent last said."""
+    outcome = str(record.get("outcome"))
+    retry = "Comment `/baton retry` to run it again."
+    if outcome == "no-changes":
+        return Status(
+            State.DONE,
+            task_id,
+            agent,
+            "The agent finished without changing any file; nothing was pushed.",
+            details=run_lines(record),
+            headline="✅ Done: no changes",
+            next_steps=(retry,),
+        )
+    if outcome == "violations":
+        found = [
+            f"{inert(str(v.get('code')))} {inert(str(v.get('path') or '(whole diff)'), 200)}: "
+            f"{inert(str(v.get('detail')), 300)}"
+            for v in record.get("violations") or []
+        ]
+        return Status(
+            State.FAILED,
+            task_id,
+            agent,
+            "The agent's changes break this repository's policy, so nothing was committed or pushed:",
+            details=[*found, *run_lines(record)],
+            headline="🚧 Changes refused",
+            next_steps=(retry,),
+        )
+    if outcome == "cancelled":
+        return Status(
+            State.CANCELLED,
+            task_id,
+            agent,
+            f"The run was stopped: {record.get('reason')}. Nothing was pushed.",
+            details=run_lines(record),
+        )
+    if outcome == "denied":
+        return Status(
+            State.DENIED,
+            task_id,
+            agent,
+            "The capability gate, asked again on the current "
+            "policy when the run was about to start, denied it; no agent process was started.",
+            next_steps=(retry,),
+        )
+    state = State.TIMED_OUT if outcome == "timed-out" else State.FAILED
+    headline = {
+        "conflict": "⚠️ Not pushed: the branch has changes Baton did not make",
+        "agent-missing": "❌ The agent is not installed",
+    }.get(outcome)
+    tail = _tail(record, secrets)
+    return Status(
+        state,
+        task_id,
+        agent,
+        f"{_sentence(str(record.get('reason') or 'the run failed'))} Nothing was pushed.",
+        evidence=f"last lines of the agent's output:\n{tail}" if tail else None,
+        details=run_lines(record) if record.get("box") else (),
+        headline=headline,
+        next_steps=(retry,),
+    )
+
+
+# -- the pull request and its checks ----------------------------------------------------------------
+
+
+def pr_body(*, number: int, task_id: str, record: Mapping[str, Any], explanation: str) -> str:
+    lines = [
+        f"Fixes #{number}",
+        "",
+        f"Baton ran an agent for #{number} in an isolated box with no credentials; the worker made this "
+        "commit from the changes it left, after inspecting them.",
+        "",
+        *(f"- {line}" for line in run_lines(record)),
+        "",
+        "<details><summary>The capability decision</summary>",
+        "",
+        fenced(explanation),
+        "",
+        "</details>",
+        "",
+        f"Re-run: comment `/baton retry` on #{number}. Task `{task_id}`.",
+    ]
+    return "\n".join(lines)
+
+
+def pr_title(title: str, number: int) -> str:
+    flat = " ".join(title.split())
+    return (flat[:240] or f"Issue #{number}") + f" (#{number})"
+
+
+def agent_check(record: Mapping[str, Any]) -> tuple[str, str]:
+    """Title and summary of the ``baton/agent`` check run."""
+    diff = record.get("diff") or {}
+    title = f"{record.get('agent')}: {diff.get('files', 0)} files changed"
+    return title, "\n".join(f"- {line}" for line in run_lines(record))
+
+
+def trifecta_check(explanation: str) -> tuple[str, str]:
+    first = explanation.splitlines()[0] if explanation else "decision"
+    return first[:200], fenced(explanation)
