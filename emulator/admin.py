@@ -5,7 +5,8 @@ They are not authenticated (the emulator binds to loopback only), not logged
 in ``github-requests.jsonl`` and never hit by faults. Errors are
 ``{"message": ...}`` with 400/404/409/422. Set-up handlers are in
 :mod:`emulator.admin_setup`, people's actions and webhooks in
-:mod:`emulator.admin_people` and :mod:`emulator.admin_changes`; faults,
+:mod:`emulator.admin_people` and :mod:`emulator.admin_changes`, forks and
+commits in :mod:`emulator.admin_repos`; faults,
 settings and inspection are here.
 """
 
@@ -22,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 from emulator import routes_checks, shapes_items
 from emulator.admin_changes import ChangesAdmin
 from emulator.admin_people import PeopleAdmin
+from emulator.admin_repos import ReposAdmin
 from emulator.admin_setup import AdminBase, AdminError, SetupAdmin
 from emulator.core import Emulator
 from emulator.errors import ApiError
@@ -119,7 +121,7 @@ def _wrap(handler: AdminHandler) -> Callable[[Request], Awaitable[Response]]:
 
 def routes(emu: Emulator) -> list[BaseRoute]:
     setup, people, inspect = SetupAdmin(emu), PeopleAdmin(emu), InspectAdmin(emu)
-    changes = ChangesAdmin(emu)
+    changes, repos = ChangesAdmin(emu), ReposAdmin(emu)
     table: list[tuple[str, str, AdminHandler]] = [
         ("POST", "/users", setup.create_user),
         ("POST", "/apps", setup.create_app),
@@ -129,7 +131,8 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("POST", "/installations/{installation_id}/repositories/{action}", changes.installation_repositories),
         ("POST", "/repos", setup.create_repo),
         ("DELETE", "/repos/{owner}/{repo}", changes.delete_repo),
-        ("POST", "/repos/{owner}/{repo}/commits", setup.commit),
+        ("POST", "/repos/{owner}/{repo}/commits", repos.commit),
+        ("POST", "/repos/{owner}/{repo}/forks", repos.fork),
         ("PUT", "/repos/{owner}/{repo}/collaborators/{username}", setup.set_collaborator),
         ("POST", "/repos/{owner}/{repo}/issues", people.create_issue),
         ("POST", "/repos/{owner}/{repo}/issues/{number}/labels", people.label_issue),

@@ -129,6 +129,7 @@ class ChangesAdmin(AdminBase):
         """A person pushes one commit (``files``: path → text, null deletes) onto the pull's head branch.
 
         Sends ``push`` and, while the pull is open, ``pull_request.synchronize``.
+        A head in a fork gets the commit in the fork (the push goes to the fork's Apps).
         """
         repo = self._repo(params)
         pull = self._pull(repo, params["number"])
@@ -136,14 +137,17 @@ class ChangesAdmin(AdminBase):
         files = checked_files(body)
         if not files:
             raise AdminError(422, "'files' must name at least one path")
-        git = self.emu.git(repo)
+        head_repo = self.emu.state.pull_head_repo(pull)
+        if head_repo is None:
+            raise AdminError(422, f"the head repository {pull.head_repo} no longer exists")
+        git = self.emu.git(head_repo)
         before = git.branches()
         if pull.head_ref not in before:
             raise AdminError(422, f"the head branch {pull.head_ref} no longer exists")
         message = str(body.get("message") or f"Update {', '.join(sorted(files))}")
         sha = git.commit_files(pull.head_ref, files, message)
         pending = push_events(
-            self.emu, base, repo, before=before, after=git.branches(), sender=sender, acting=None
+            self.emu, base, head_repo, before=before, after=git.branches(), sender=sender, acting=None
         )
         await self._send(pending, body)
         return 201, _answer(pending, sha=sha, before=before[pull.head_ref], after=sha, branch=pull.head_ref)

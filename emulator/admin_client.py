@@ -162,14 +162,42 @@ class AdminClient:
         return result
 
     def commit(
-        self, full_name: str, branch: str, files: dict[str, str | None], *, base: str | None = None
+        self,
+        full_name: str,
+        branch: str,
+        files: dict[str, str | None],
+        *,
+        base: str | None = None,
+        sender: str | None = None,
     ) -> str:
-        """Commit ``files`` (None deletes) onto ``branch``; returns the new commit's sha."""
+        """Commit ``files`` (None deletes) onto ``branch``; returns the new commit's sha.
+
+        Onto an open pull request's head branch (a fork's too) it is ``sender``'s push:
+        ``push`` and ``pull_request.synchronize`` are delivered before this returns.
+        """
         body: dict[str, Any] = {"branch": branch, "files": files}
         if base is not None:
             body["base"] = base
+        if sender is not None:
+            body["sender"] = sender
         sha: str = self.call("POST", f"/repos/{full_name}/commits", body)["sha"]
         return sha
+
+    def fork(
+        self, full_name: str, owner: str, name: str | None = None, *, sender: str | None = None
+    ) -> dict[str, Any]:
+        """Fork ``full_name`` into ``owner`` (an existing account); sends ``fork`` to the parent's Apps.
+
+        The answer has ``full_name``, ``clone_url``, ``head_sha``, ``repository`` (GitHub's
+        full repository, with ``parent`` and ``source``) and ``deliveries``.
+        """
+        body: dict[str, Any] = {"owner": owner}
+        if name is not None:
+            body["name"] = name
+        if sender is not None:
+            body["sender"] = sender
+        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/forks", body)
+        return result
 
     def set_role(self, full_name: str, login: str, role: str) -> None:
         """admin | maintain | write | triage | read | none (creates the user if needed)."""
@@ -223,12 +251,17 @@ class AdminClient:
         title: str = "Change",
         base: str | None = None,
         draft: bool = False,
+        head_repo: str | None = None,
     ) -> dict[str, Any]:
+        """``head`` is ``branch`` or ``owner:branch`` (a branch of a fork of ``full_name``);
+        ``head_repo`` names the fork when its owner has several in the network."""
         body: dict[str, Any] = {"head": head, "user": user, "title": title}
         if base is not None:
             body["base"] = base
         if draft:
             body["draft"] = True
+        if head_repo is not None:
+            body["head_repo"] = head_repo
         result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/pulls", body)
         return result
 

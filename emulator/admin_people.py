@@ -100,6 +100,7 @@ class PeopleAdmin(AdminBase):
             user=user.login,
             acting=None,
             pending=pending,
+            head_repo_name=need_str(body, "head_repo") if body.get("head_repo") is not None else None,
         )
         await self._send(pending, body)
         return 201, {

@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from emulator import webhooks
 from emulator.core import Emulator
-from emulator.gitrepo import GitError, safe_ref
+from emulator.gitrepo import safe_ref
 from emulator.state import ROLE_PERMISSION, App, Delivery, Installation, Issue, Repo, User
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+REPO_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 LOGIN = re.compile(r"^[A-Za-z0-9\-]{1,39}(\[bot\])?$")
 
 
@@ -130,7 +130,7 @@ class SetupAdmin(AdminBase):
         state = self.emu.state
         name = need_str(body, "name")
         slug = body.get("slug") or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-        if not _NAME.match(slug):
+        if not REPO_NAME.match(slug):
             raise AdminError(422, "'slug' must be letters, digits, '-', '_' or '.'")
         pem = need_str(body, "public_key_pem")
         try:
@@ -219,7 +219,7 @@ class SetupAdmin(AdminBase):
     async def create_repo(self, body: dict[str, Any], _: dict[str, str], base: str) -> tuple[int, Any]:
         state = self.emu.state
         owner = need_str(body, "owner", LOGIN)
-        name = need_str(body, "name", _NAME)
+        name = need_str(body, "name", REPO_NAME)
         if state.repo(owner, name) is not None:
             raise AdminError(409, f"repository {owner}/{name} exists")
         branch = body.get("default_branch", "main")
@@ -254,25 +254,6 @@ class SetupAdmin(AdminBase):
             "path": str(git.path),
             "head_sha": head,
         }
-
-    async def commit(self, body: dict[str, Any], params: dict[str, str], base: str) -> tuple[int, Any]:
-        """Commit files to a branch (new branches start from ``base``, default the default branch)."""
-        repo = self._repo(params)
-        branch = need_str(body, "branch")
-        if not safe_ref(branch):
-            raise AdminError(422, "'branch' must be a plain branch name")
-        files = checked_files(body)
-        if not files:
-            raise AdminError(422, "'files' must name at least one path")
-        message = body.get("message") or f"Update {', '.join(sorted(files))}"
-        git = self.emu.git(repo)
-        try:
-            sha = git.commit_files(
-                branch, files, str(message), base=str(body.get("base") or repo.default_branch)
-            )
-        except GitError as exc:
-            raise AdminError(422, f"git: {exc}") from exc
-        return 201, {"sha": sha, "branch": branch}
 
     async def set_collaborator(
         self, body: dict[str, Any], params: dict[str, str], base: str

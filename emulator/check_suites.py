@@ -21,11 +21,15 @@ _CONCLUSION_ORDER = ("action_required", "cancelled", "timed_out", "failure", "ne
 
 
 def pull_requests_for(emu: Emulator, base: str, repo: Repo, sha: str) -> JSONArray:
-    """The open pull requests whose head is ``sha`` (``pull_requests`` of runs and suites)."""
+    """The open pull requests whose head is ``sha`` (``pull_requests`` of runs and suites).
+
+    Only pulls whose head branch is in ``repo``: as GitHub documents, a head in
+    a fork is not detected, so its runs and suites list no pull requests.
+    """
     prs = []
     for pull in sorted(emu.state.pulls.values(), key=lambda p: p.number):
         item = emu.state.issue(repo.full_name, pull.number)
-        if pull.repo != repo.full_name or item is None or item.state != "open":
+        if pull.repo != repo.full_name or pull.head_repo is not None or item is None or item.state != "open":
             continue
         head_sha, base_sha = pull_shas(emu, repo, pull)
         if head_sha == sha:
@@ -34,10 +38,14 @@ def pull_requests_for(emu: Emulator, base: str, repo: Repo, sha: str) -> JSONArr
 
 
 def _head_branch(emu: Emulator, repo: Repo, sha: str) -> str | None:
-    """The branch the commit is on: an open pull's head, else a branch whose tip it is."""
+    """The branch the commit is on: an open pull's head, else a branch whose tip it is.
+
+    A fork's head branch is not one of ``repo``'s: null, as on GitHub.
+    """
     for pull in emu.state.pulls.values():
         item = emu.state.issue(repo.full_name, pull.number)
-        is_open = pull.repo == repo.full_name and item is not None and item.state == "open"
+        same_repo = pull.repo == repo.full_name and pull.head_repo is None
+        is_open = same_repo and item is not None and item.state == "open"
         if is_open and pull_shas(emu, repo, pull)[0] == sha:
             return pull.head_ref
     tips = emu.git(repo).branches()

@@ -11,6 +11,7 @@ and checks what Baton did. Exit 0 only if every scenario ended as expected.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import copy
 import json
@@ -123,6 +124,13 @@ class Demo:
 
     def file_at(self, sha: str, path: str, repo: str = world.REPO) -> str | None:
         return self._git(repo, "show", f"{sha}:{path}")
+
+    def gate_run(self, sha: str) -> dict[str, Any] | None:
+        """The newest ``baton/merge-gate`` run on ``sha``, as the emulator holds it."""
+        runs = [
+            c for c in self.admin.check_runs() if c["name"] == "baton/merge-gate" and c["head_sha"] == sha
+        ]
+        return max(runs, key=lambda c: c["id"]) if runs else None
 
     def checks(self, sha: str) -> dict[str, str]:
         return {
@@ -327,12 +335,127 @@ def pull_request_opened(demo: Demo) -> Result:
     opened = demo.admin.open_pull(world.REPO, head="faster-spin", user="wes", title="Spin faster")
     delivery = next(d for d in opened["deliveries"] if d["event"] == "pull_request")
     state = demo.wait(delivery["guid"])
-    runs = [c for c in demo.admin.check_runs() if c["name"] == "baton/merge-gate" and c["head_sha"] == head]
-    seen = f"{runs[0]['status']}/{runs[0]['conclusion']}" if runs else "no check run"
+    run = demo.gate_run(head)
+    seen = f"{run['status']}/{run['conclusion']}" if run else "no check run"
+    table = run is not None and "| secrets | pass |" in run["output"]["summary"]
     return (
-        "baton/merge-gate completed neutral",
-        f"{state}, check run {seen}",
-        (state == "done" and seen == "completed/neutral"),
+        "baton/merge-gate success, with the built-in gates' table",
+        f"{state}, check run {seen}, {'table' if table else 'no table'}",
+        (state == "done" and seen == "completed/success" and table),
+    )
+
+
+GIZMOS = f"{world.OWNER}/gizmos"
+GIZMOS_POLICY = """\
+version: 1
+agents:
+  script:
+    adapter: script
+    tools: [read_repo, edit_files]
+gates:
+  - name: readme
+    run: test -f README.md
+    timeout: 30s
+  - name: lint
+    run: "if grep -q 'return 0' src/gizmo.py; then echo 'src/gizmo.py:2: turn must not return 0'; exit 1; fi"
+    timeout: 30s
+  - name: slow
+    run: "test ! -f slow.txt || sleep 3"
+    timeout: 30s
+"""
+
+
+def _gizmos(demo: Demo) -> str:
+    """A repository whose policy has command gates (made once)."""
+    if not getattr(demo, "gizmos", False):
+        demo.admin.create_repo(world.OWNER, "gizmos", private=True, files={
+            "README.md": "# gizmos\n", "src/gizmo.py": "def turn():\n    return 1\n",
+            ".github/baton.yml": GIZMOS_POLICY})  # fmt: skip
+        for login, role in world.PEOPLE.items():
+            demo.admin.set_role(GIZMOS, login, role)
+        demo.gizmos = True  # type: ignore[attr-defined]
+    return GIZMOS
+
+
+def _gizmo_pull(
+    demo: Demo, branch: str, files: dict[str, str | None], user: str = "wes"
+) -> tuple[str, int, str]:
+    head = demo.admin.commit(_gizmos(demo), branch, files, base="main")
+    opened = demo.admin.open_pull(GIZMOS, head=branch, user=user, title=f"Change {branch}")
+    delivery = next(d for d in opened["deliveries"] if d["event"] == "pull_request")
+    return head, int(opened["number"]), str(delivery["guid"])
+
+
+def gates_pass(demo: Demo) -> Result:
+    head, _, guid = _gizmo_pull(demo, "tidy", {"src/gizmo.py": "def turn():\n    return 2\n"})
+    state = demo.wait(guid)
+    run = demo.gate_run(head)
+    summary = run["output"]["summary"] if run else ""
+    rows = all(f"| {g} | pass |" in summary for g in ("readme", "lint", "secrets"))
+    return (
+        "success, every gate in the table",
+        f"{state}, {run['conclusion'] if run else 'no run'}, {'table' if rows else 'no table'}",
+        (run is not None and run["conclusion"] == "success" and rows),
+    )
+
+
+def gate_fails(demo: Demo) -> Result:
+    head, _, guid = _gizmo_pull(demo, "zero", {"src/gizmo.py": "def turn():\n    return 0\n"})
+    state = demo.wait(guid)
+    run = demo.gate_run(head)
+    noted = run is not None and run["output"]["annotations_count"] >= 1
+    named = run is not None and "| lint | FAIL |" in run["output"]["summary"]
+    return (
+        "failure, the lint gate's line annotated",
+        f"{state}, {run['conclusion'] if run else 'no run'}, "
+        f"{run['output']['annotations_count'] if run else 0} annotation(s)",
+        (run is not None and run["conclusion"] == "failure" and noted and named),
+    )
+
+
+def push_supersedes(demo: Demo) -> Result:
+    head, number, guid = _gizmo_pull(demo, "busy", {"slow.txt": "take your time\n"})
+    deadline = time.monotonic() + WAIT_S
+    while demo.gate_run(head) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pushed = demo.admin.push_to_pull(GIZMOS, number, {"slow.txt": None}, sender="wes")
+    demo.wait(guid)
+    sync = next(d for d in pushed["deliveries"] if d["event"] == "pull_request")
+    demo.wait(sync["guid"])
+    old, new = demo.gate_run(head), demo.gate_run(pushed["sha"])
+    superseded = (
+        old is not None and old["conclusion"] == "neutral" and "superseded" in old["output"]["summary"]
+    )
+    return (
+        "old head neutral (superseded), the new head judged",
+        f"old {old['conclusion'] if old else 'none'}, new {new['conclusion'] if new else 'none'}",
+        (superseded and new is not None and new["conclusion"] == "success"),
+    )
+
+
+def fork_waits_for_approval(demo: Demo) -> Result:
+    """Code from a fork runs only after a maintainer approves that commit."""
+    demo.admin.create_user("mallory")
+    fork = demo.admin.fork(_gizmos(demo), "mallory")["full_name"]
+    head = demo.admin.commit(fork, "helpful", {"src/gizmo.py": "def turn():\n    return 3\n"}, base="main")
+    opened = demo.admin.open_pull(GIZMOS, head="mallory:helpful", user="mallory", title="A helpful change")
+    demo.wait(next(d for d in opened["deliveries"] if d["event"] == "pull_request")["guid"])
+    waiting = demo.gate_run(head)
+    first = waiting["conclusion"] if waiting else "none"
+    reader = demo.admin.call("POST", f"/check-runs/{waiting['id'] if waiting else 0}/requested-action",
+                             {"sender": "rita", "identifier": "approve"})["deliveries"][-1]  # fmt: skip
+    demo.wait(reader["guid"])
+    after_reader = demo.gate_run(head)
+    ignored = after_reader is not None and waiting is not None and after_reader["id"] == waiting["id"]
+    maintainer = demo.admin.call("POST", f"/check-runs/{waiting['id'] if waiting else 0}/requested-action",
+                                 {"sender": "maria", "identifier": "approve"})["deliveries"][-1]  # fmt: skip
+    demo.wait(maintainer["guid"])
+    final = demo.gate_run(head)
+    last = final["conclusion"] if final else "none"
+    return (
+        "action_required; a reader's click ignored; a maintainer's click runs the gates",
+        f"{first}, reader {'ignored' if ignored else 'NOT ignored'}, then {last}",
+        (first == "action_required" and ignored and final is not None and final["conclusion"] == "success"),
     )
 
 
@@ -368,6 +491,7 @@ def offline_retry(demo: Demo) -> Result:
     )
 
 
+#: Issue scenarios, played one after another (some build on the one before).
 SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
     ("maintainer labels an issue agent:script", maintainer_labels),
     ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
@@ -378,9 +502,16 @@ SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
     ("a stranger comments /baton run", stranger_comments),
     ("an account with no .github repository", no_org_repo),
     ("GitHub redelivers a delivery", duplicate_delivery),
-    ("a pull request is opened", pull_request_opened),
     ("web-fetch agent on a private repo", web_fetch_denied),
     ("maintainer: /baton run researcher --offline", offline_retry),
+]
+#: Pull-request scenarios: on the gates queue, so they play alongside the issue scenarios.
+PULL_SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
+    ("a pull request is opened", pull_request_opened),
+    ("a PR whose command gates pass", gates_pass),
+    ("a PR with a failing gate", gate_fails),
+    ("a push while the gates run", push_supersedes),
+    ("a PR from a fork", fork_waits_for_approval),
 ]
 
 
@@ -444,16 +575,24 @@ def run(out: Path | None) -> int:
         stack.enter_context(baton_serving(work, w, server.url, github.url, port=port, agents=agents))
         rdb = stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url)))
         demo = Demo(admin, rdb, w, github.directory, claude)
-        for name, play in SCENARIOS:
-            began = time.monotonic()
-            try:
-                expected, observed, passed = play(demo)
-            except Exception as exc:
-                expected, observed, passed = "(see scenario)", f"error: {type(exc).__name__}: {exc}", False
-            outcomes.append(Outcome(name, expected, observed, passed, round(time.monotonic() - began, 1)))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            pulls = pool.submit(_play, demo, PULL_SCENARIOS)
+            outcomes = _play(demo, SCENARIOS) + pulls.result()
         _write(work, admin, github.directory, outcomes)
     _print(outcomes, time.monotonic() - started, work)
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def _play(demo: Demo, scenarios: list[tuple[str, Callable[[Demo], Result]]]) -> list[Outcome]:
+    outcomes = []
+    for name, play in scenarios:
+        began = time.monotonic()
+        try:
+            expected, observed, passed = play(demo)
+        except Exception as exc:
+            expected, observed, passed = "(see scenario)", f"error: {type(exc).__name__}: {exc}", False
+        outcomes.append(Outcome(name, expected, observed, passed, round(time.monotonic() - began, 1)))
+    return outcomes
 
 
 def find_claude() -> Path | None:

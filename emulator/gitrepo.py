@@ -20,6 +20,8 @@ GIT_TIMEOUT_SECONDS = 20.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SAFE_REF = re.compile(r"^[A-Za-z0-9._/\-]+$")
 _SHA = re.compile(r"^[0-9a-f]{4,40}$")
+#: ``[+]refs/…:refs/…`` (``*`` allowed), the only refspecs :meth:`GitRepo.fetch` passes on.
+_REFSPEC = re.compile(r"^\+?refs/[A-Za-z0-9._/\-*]+:refs/[A-Za-z0-9._/\-*]+$")
 _ENV = {
     "GIT_AUTHOR_NAME": "Baton Emulator",
     "GIT_AUTHOR_EMAIL": "emulator@localhost",
@@ -129,6 +131,49 @@ class GitRepo:
         self._git("init", "--bare", "--quiet", f"--initial-branch={default_branch}")
         # Pushes from clones land here; allow deleting/creating refs like GitHub.
         self._git("config", "receive.denyDeleteCurrent", "warn")
+        self.hide_pull_refs()
+
+    def hide_pull_refs(self) -> None:
+        """``refs/pull/*`` are GitHub's: fetchable by anyone who may read, never pushable.
+
+        ``receive.hideRefs`` hides them from ``git push`` only (a push to one is
+        refused with "deny updating a hidden ref", as on GitHub); upload-pack,
+        so ``git ls-remote`` and ``git fetch``, still lists and serves them.
+        """
+        self._git("config", "receive.hideRefs", "refs/pull")
+
+    def fetch(self, source: GitRepo, refspecs: list[str]) -> None:
+        """Copy refs (and their objects) from another bare repository on this machine."""
+        if not all(_REFSPEC.match(spec) and ".." not in spec for spec in refspecs):
+            raise GitError(f"bad refspec in {refspecs}")
+        self._git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(source.path), *refspecs)
+
+    def ref_sha(self, ref: str) -> str | None:
+        """The commit a full ref name (``refs/pull/1/head``) points at, or None."""
+        if not ref.startswith("refs/") or not safe_ref(ref):
+            return None
+        try:
+            out = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        except GitError:
+            return None
+        return out.decode().strip() or None
+
+    def set_ref(self, ref: str, sha: str) -> None:
+        if not ref.startswith("refs/") or not safe_ref(ref) or not _SHA.match(sha):
+            raise GitError(f"bad ref update {ref} -> {sha}")
+        self._git("update-ref", ref, sha)
+
+    def delete_ref(self, ref: str) -> None:
+        if ref.startswith("refs/") and safe_ref(ref):
+            self._git("update-ref", "-d", ref)
+
+    def author_emails(self, ref: str, limit: int) -> set[str]:
+        """Author emails of the last ``limit`` commits reachable from ``ref`` (empty if there is none)."""
+        sha = self.resolve(ref)
+        if sha is None:
+            return set()
+        out = self._git("log", f"--max-count={limit}", "--format=%ae", sha, "--")
+        return {line for line in out.decode("utf-8", "replace").splitlines() if line}
 
     def resolve(self, ref: str) -> str | None:
         """A branch, tag or (short) sha → the full commit sha, or None."""

@@ -4,18 +4,22 @@ A push over smart HTTP (:mod:`emulator.githttp`) and a person's commit onto a
 pull request's head branch (the admin API) both end here, so both send the
 same deliveries: one ``push`` per moved branch (``before``, ``after``, the
 pushed ``commits`` and ``head_commit``), then ``pull_request.synchronize``
-for every open pull request whose head is that branch.
+for every open pull request whose head is that branch. A pull's head may be
+a fork's branch: the push goes to the fork's Apps, the ``synchronize`` to the
+base repository's (which need not be installed on the fork), after the base's
+``refs/pull/<n>/head`` has moved to the new tip.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from emulator import forks
 from emulator.core import Emulator, emit
 from emulator.gitrepo import GitRepo
 from emulator.routes_pulls import render_pull
 from emulator.shapes import bot_user
-from emulator.state import App, Delivery, Repo, iso
+from emulator.state import App, Delivery, Pull, Repo, iso
 from emulator.types import JSONObject
 
 NULL_SHA = "0" * 40
@@ -50,6 +54,20 @@ def _pusher(emu: Emulator, sender: str | None, acting: App | None) -> dict[str, 
     if acting is not None:
         return {"name": bot_user(emu.state, acting).login, "email": None}
     return {"name": "ghost", "email": None}
+
+
+def open_pulls_on(emu: Emulator, repo: Repo, branch: str) -> list[tuple[Repo, Pull]]:
+    """(base repository, pull) of every open pull request whose head is ``repo``'s ``branch``."""
+    state = emu.state
+    found = []
+    for pull in sorted(state.pulls.values(), key=lambda p: (p.repo, p.number)):
+        base_repo = state.repos.get(pull.repo)
+        item = state.issue(pull.repo, pull.number)
+        if base_repo is None or item is None or item.state != "open":
+            continue
+        if (pull.head_repo or pull.repo) == repo.full_name and pull.head_ref == branch:
+            found.append((base_repo, pull))
+    return found
 
 
 def push_events(
@@ -94,17 +112,19 @@ def push_events(
             "pusher": _pusher(emu, sender, acting),
         }
         emit(emu, base, repo, "push", payload, pending=pending, sender=sender, acting=acting)
-        for pull in sorted(emu.state.pulls.values(), key=lambda p: p.number):
-            item = emu.state.issue(repo.full_name, pull.number)
-            if pull.repo != repo.full_name or pull.head_ref != branch or item is None or item.state != "open":
+        for base_repo, pull in open_pulls_on(emu, repo, branch):
+            item = emu.state.issue(base_repo.full_name, pull.number)
+            if item is None:
                 continue
+            if not deleted:  # GitHub keeps refs/pull/<n>/head when the head branch goes
+                forks.sync_pull_ref(emu, base_repo, pull)
             emu.state.touch(item)
             sync = {
                 "action": "synchronize",
                 "number": pull.number,
                 "before": old,
                 "after": new,
-                "pull_request": render_pull(emu, base, repo, pull),
+                "pull_request": render_pull(emu, base, base_repo, pull),
             }
-            emit(emu, base, repo, "pull_request", sync, pending=pending, sender=sender, acting=acting)
+            emit(emu, base, base_repo, "pull_request", sync, pending=pending, sender=sender, acting=acting)
     return pending

@@ -7,20 +7,24 @@ read (``GET …/commits/{ref}``) lives here too, next to the pull's commit list
 it shares a shape with.
 
 A pull's head and base SHAs are read from the branches on every request, so a
-push to the head branch shows up exactly as it does on GitHub.
+push to the head branch shows up exactly as it does on GitHub. The head may
+live in a fork (``head: "owner:branch"``); the base repository keeps
+``refs/pull/<n>/head`` at the head's tip while the pull is open (see
+:mod:`emulator.forks`), and keeps it after the head branch is deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from starlette.convertors import Convertor, register_url_convertor
 
-from emulator import shapes, shapes_items
+from emulator import forks, shapes, shapes_items
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found, validation_failed
-from emulator.gitrepo import EMPTY_TREE, safe_ref
+from emulator.gitrepo import EMPTY_TREE, GitError, safe_ref
 from emulator.state import App, Delivery, Issue, Pull, Repo
 from emulator.types import JSONObject
 
@@ -32,13 +36,43 @@ _COMMIT_DOCS = "https://docs.github.com/rest/commits/commits#get-a-commit"
 MAX_PULL_COMMITS = 250
 #: The single-commit read lists at most this many files (GitHub pages the rest; we stop).
 MAX_COMMIT_FILES = 300
+#: A pull's author is a CONTRIBUTOR with a commit among this many of the default branch's last.
+MAX_CONTRIBUTION_SCAN = 10_000
+NULL_SHA = "0" * 40
 
 
 def pull_shas(emu: Emulator, repo: Repo, pull: Pull) -> tuple[str, str]:
+    """(head, base): the head branch's tip in its repository, else the last one ``refs/pull/<n>/head`` kept.
+
+    An open pull's ``refs/pull/<n>/head`` is brought up to the head first, so
+    a state written before the ref existed (or a move no push announced) heals here.
+    """
     git = emu.git(repo)
-    head = git.branch_sha(pull.head_ref) or "0" * 40
-    base = git.branch_sha(pull.base_ref) or "0" * 40
-    return head, base
+    head_repo = emu.state.pull_head_repo(pull)
+    head = emu.git(head_repo).branch_sha(pull.head_ref) if head_repo is not None else None
+    item = emu.state.issue(repo.full_name, pull.number)
+    if head is not None and item is not None and item.state == "open":
+        with contextlib.suppress(GitError):  # another writer holds the ref's lock: the next read retries
+            forks.sync_pull_ref(emu, repo, pull)
+    if head is None:
+        head = git.ref_sha(forks.pull_ref(pull.number))
+    base = git.branch_sha(pull.base_ref) or NULL_SHA
+    return head or NULL_SHA, base
+
+
+def pull_association(emu: Emulator, repo: Repo, login: str) -> str:
+    """The pull author's ``author_association``: by role, else CONTRIBUTOR if one of the default
+    branch's commits is theirs (by email, as GitHub links commits), else FIRST_TIME_CONTRIBUTOR."""
+    by_role = shapes_items.author_association(repo, login)
+    if by_role != "NONE":
+        return by_role
+    state = emu.state
+    emails = emu.git(repo).author_emails(repo.default_branch, MAX_CONTRIBUTION_SCAN)
+    contributed = any(
+        (user := shapes.user_for_email(state, email)) is not None and user.login.lower() == login.lower()
+        for email in emails
+    )
+    return shapes_items.author_association(repo, login, contributed=contributed)
 
 
 def render_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
@@ -49,7 +83,7 @@ def render_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
     head_sha, base_sha = pull_shas(emu, repo, pull)
     git = emu.git(repo)
     stats = (0, 0, 0, 0)
-    merge_base = git.merge_base(base_sha, head_sha) if "0" * 40 not in (head_sha, base_sha) else None
+    merge_base = git.merge_base(base_sha, head_sha) if NULL_SHA not in (head_sha, base_sha) else None
     if merge_base is not None:
         changes = git.changes(merge_base, head_sha)
         stats = (
@@ -67,34 +101,40 @@ def render_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
         head_sha=head_sha,
         base_sha=base_sha,
         stats=stats,
+        head_repo=state.pull_head_repo(pull),
+        association=pull_association(emu, repo, item.user),
     )
 
 
-def _refuse_duplicate(emu: Emulator, repo: Repo, head_ref: str, base_ref: str, docs: str) -> None:
-    """One open pull request per head and base, as on GitHub."""
+def _refuse_duplicate(
+    emu: Emulator, repo: Repo, head_repo: Repo, head_ref: str, base_ref: str, *, docs: str
+) -> None:
+    """One open pull request per head (repository and branch) and base, as on GitHub."""
     state = emu.state
     for other in state.pulls.values():
         issue = state.issue(repo.full_name, other.number)
         if (
             other.repo == repo.full_name
+            and (other.head_repo or other.repo) == head_repo.full_name
             and other.head_ref == head_ref
             and other.base_ref == base_ref
             and issue is not None
             and issue.state == "open"
         ):
-            message = f"A pull request already exists for {repo.owner}:{head_ref}."
+            message = f"A pull request already exists for {head_repo.owner}:{head_ref}."
             raise validation_failed([{"resource": "PullRequest", "code": "custom", "message": message}], docs)
 
 
 def check_reopenable(emu: Emulator, repo: Repo, pull: Pull) -> None:
     """GitHub refuses to reopen a pull whose head branch is gone, or that would duplicate an open one."""
-    if emu.git(repo).branch_sha(pull.head_ref) is None:
+    head_repo = emu.state.pull_head_repo(pull)
+    if head_repo is None or emu.git(head_repo).branch_sha(pull.head_ref) is None:
         message = f"state cannot be changed. The {pull.head_ref} branch has been deleted."
         raise validation_failed(
             [{"resource": "PullRequest", "code": "custom", "field": "state", "message": message}],
             _UPDATE_DOCS,
         )
-    _refuse_duplicate(emu, repo, pull.head_ref, pull.base_ref, _UPDATE_DOCS)
+    _refuse_duplicate(emu, repo, head_repo, pull.head_ref, pull.base_ref, docs=_UPDATE_DOCS)
 
 
 def set_draft(
@@ -124,16 +164,24 @@ def open_pull(
     user: str,
     acting: App | None,
     pending: list[Delivery],
+    head_repo_name: str | None = None,
 ) -> Pull:
-    """Validate and open a pull request as GitHub does; queues ``pull_request.opened``."""
+    """Validate and open a pull request as GitHub does; queues ``pull_request.opened``.
+
+    ``head`` is ``branch`` or ``owner:branch``; another owner's branch must be in
+    a repository of the base's fork network (``head_repo_name`` picks which),
+    else 422. ``refs/pull/<n>/head`` in the base is written before the check
+    for commits (a fork's commits have to be in the base to count them).
+    """
     state = emu.state
-    head_ref = head.split(":", 1)[1] if ":" in head else head
-    if ":" in head and head.split(":", 1)[0].lower() != repo.owner.lower():
+    head_owner, _, head_ref = head.rpartition(":")
+    head_repo = forks.head_repository(state, repo, head_owner or repo.owner, head_repo_name)
+    if head_repo is None:
         raise validation_failed(
             [{"resource": "PullRequest", "field": "head", "code": "invalid"}], _CREATE_DOCS
         )
     git = emu.git(repo)
-    head_sha = git.branch_sha(head_ref) if safe_ref(head_ref) else None
+    head_sha = emu.git(head_repo).branch_sha(head_ref) if safe_ref(head_ref) else None
     base_sha = git.branch_sha(base_ref) if safe_ref(base_ref) else None
     errors = []  # GitHub names a bad base before a bad head
     if base_sha is None:
@@ -142,15 +190,18 @@ def open_pull(
         errors.append({"resource": "PullRequest", "field": "head", "code": "invalid"})
     if errors or head_sha is None or base_sha is None:
         raise validation_failed(errors, _CREATE_DOCS)
-    _refuse_duplicate(emu, repo, head_ref, base_ref, _CREATE_DOCS)
+    _refuse_duplicate(emu, repo, head_repo, head_ref, base_ref, docs=_CREATE_DOCS)
+    number = state.next_issue_number(repo.full_name)
+    head_sha = forks.write_pull_ref(emu, repo, number, head_repo, head_ref) or head_sha
     merge_base = git.merge_base(base_sha, head_sha)
     if merge_base is None or git.count_commits(merge_base, head_sha) == 0:
-        message = f"No commits between {base_ref} and {head_ref}"
+        git.delete_ref(forks.pull_ref(number))
+        shown = head_ref if head_repo is repo else f"{head_repo.owner}:{head_ref}"
+        message = f"No commits between {base_ref} and {shown}"
         raise validation_failed(
             [{"resource": "PullRequest", "code": "custom", "message": message}], _CREATE_DOCS
         )
     now = state.now()
-    number = state.next_issue_number(repo.full_name)
     item = Issue(
         id=state.new_id(),
         repo=repo.full_name,
@@ -170,6 +221,7 @@ def open_pull(
         head_ref=head_ref,
         base_ref=base_ref,
         draft=draft,
+        head_repo=None if head_repo is repo else head_repo.full_name,
     )
     state.issues[item.id] = item
     state.pulls[pull.id] = pull
@@ -189,6 +241,7 @@ async def create_pull(req: ApiRequest) -> Reply:
     if missing:
         raise validation_failed(missing, _CREATE_DOCS)
     text = body.get("body")
+    head_repo = body.get("head_repo")
     pull = open_pull(
         req.emu,
         req.base,
@@ -201,6 +254,7 @@ async def create_pull(req: ApiRequest) -> Reply:
         user=req.acting_login(),
         acting=req.caller.app,
         pending=req.pending,
+        head_repo_name=head_repo if isinstance(head_repo, str) and head_repo else None,
     )
     out = render_pull(req.emu, req.base, repo, pull)
     return Reply(out, status=201, headers={"location": out["url"]})
@@ -232,7 +286,7 @@ async def list_pulls(req: ApiRequest) -> Reply:
         item = req.state.issue(repo.full_name, pull.number)
         if pull.repo != repo.full_name or item is None or wanted not in {"all", item.state}:
             continue
-        if (head := req.query("head")) and not _head_matches(repo, pull, head):
+        if (head := req.query("head")) and not _head_matches(pull, head):
             continue
         if (base_ref := req.query("base")) and base_ref != pull.base_ref:
             continue
@@ -241,10 +295,11 @@ async def list_pulls(req: ApiRequest) -> Reply:
     return Reply([render_pull(req.emu, req.base, repo, p) for p in page], headers=headers)
 
 
-def _head_matches(repo: Repo, pull: Pull, head: str) -> bool:
-    """``head=owner:branch`` (GitHub's form) or a bare branch; another owner's branch never matches."""
+def _head_matches(pull: Pull, head: str) -> bool:
+    """``head=owner:branch`` (GitHub's form, the head repository's owner) or a bare branch."""
     owner, _, ref = head.rpartition(":")
-    return ref == pull.head_ref and (not owner or owner.lower() == repo.owner.lower())
+    head_owner = (pull.head_repo or pull.repo).split("/", 1)[0]
+    return ref == pull.head_ref and (not owner or owner.lower() == head_owner.lower())
 
 
 async def list_files(req: ApiRequest) -> Reply:
@@ -307,7 +362,8 @@ def _edits(req: ApiRequest, repo: Repo, item: Issue, pull: Pull, body: JSONObjec
                 [{"resource": "PullRequest", "code": "invalid", "field": "base", "message": message}],
                 _UPDATE_DOCS,
             )
-        _refuse_duplicate(req.emu, repo, pull.head_ref, base_ref, _UPDATE_DOCS)
+        head_repo = req.state.pull_head_repo(pull) or repo
+        _refuse_duplicate(req.emu, repo, head_repo, pull.head_ref, base_ref, docs=_UPDATE_DOCS)
         out["base"] = base_ref
     flag = body.get("maintainer_can_modify")
     if flag is not None and not isinstance(flag, bool):
@@ -374,7 +430,7 @@ async def list_commits(req: ApiRequest) -> Reply:
     pull = _pull(req, repo)
     head_sha, base_sha = pull_shas(req.emu, repo, pull)
     git = req.emu.git(repo)
-    merge_base = git.merge_base(base_sha, head_sha) if "0" * 40 not in (head_sha, base_sha) else None
+    merge_base = git.merge_base(base_sha, head_sha) if NULL_SHA not in (head_sha, base_sha) else None
     shas = git.range_commits(merge_base, head_sha, MAX_PULL_COMMITS) if merge_base is not None else []
     page, headers = paginate(req, shas)
     items = [shapes.commit(req.base, repo, meta, state=req.state) for meta in git.commit_metas(page)]

@@ -169,9 +169,11 @@ def repository(
 
     ``clone_url`` is the emulator's smart-HTTP URL for the bare repository
     (``{base}/{owner}/{repo}.git``): plain git clones and pushes through it,
-    with an installation token as the password, as on GitHub.
+    with an installation token as the password, as on GitHub. A fork has
+    ``fork: true``, and its full form ``parent`` and ``source`` (the network's root).
     """
     clone_url = f"{base}/{repo.full_name}.git"
+    forks = sum(1 for r in state.repos.values() if r.parent == repo.full_name)
     open_issues = sum(1 for i in state.issues.values() if i.repo == repo.full_name and i.state == "open")
     created = iso(repo.created_at)
     out: JSONObject = {
@@ -183,7 +185,7 @@ def repository(
         "private": repo.private,
         "html_url": f"{base}/{repo.full_name}",
         "description": repo.description,
-        "fork": False,
+        "fork": repo.parent is not None,
         "url": f"{base}/repos/{repo.full_name}",
         **_repo_urls(base, repo),
         "git_url": clone_url,
@@ -193,8 +195,8 @@ def repository(
         "mirror_url": None,
         "homepage": None,
         "language": None,
-        "forks_count": 0,
-        "forks": 0,
+        "forks_count": forks,
+        "forks": forks,
         "stargazers_count": 0,
         "watchers_count": 0,
         "watchers": 0,
@@ -223,7 +225,10 @@ def repository(
     if permissions is not None:
         out["permissions"] = permissions
     if full:
-        out["network_count"] = 0
+        source = state.source_repo(repo)
+        out["network_count"] = sum(
+            1 for r in state.repos.values() if r is not source and state.source_repo(r) is source
+        )
         out["subscribers_count"] = 0
         out["allow_squash_merge"] = True
         out["allow_merge_commit"] = True
@@ -231,6 +236,10 @@ def repository(
         out["allow_auto_merge"] = False
         out["delete_branch_on_merge"] = False
         out["custom_properties"] = dict(repo.custom_properties)
+        parent = state.parent_repo(repo)
+        if parent is not None:  # GitHub's full repository of a fork names where it came from
+            out["parent"] = repository(base, state, parent)
+            out["source"] = repository(base, state, source)
     return out
 
 

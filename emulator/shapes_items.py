@@ -22,7 +22,13 @@ def reactions(url: str) -> JSONObject:
     return out
 
 
-def author_association(repo: Repo, login: str) -> str:
+def author_association(repo: Repo, login: str, *, contributed: bool | None = None) -> str:
+    """OWNER, MEMBER (admin/maintain/write), COLLABORATOR (triage/read), else by ``contributed``.
+
+    ``contributed`` (a pull request's author: has a commit on the default
+    branch?) gives CONTRIBUTOR or FIRST_TIME_CONTRIBUTOR; None (issues and
+    comments) gives NONE.
+    """
     role = repo.collaborators.get(login)
     if login.lower() == repo.owner.lower():
         return "OWNER"
@@ -30,6 +36,8 @@ def author_association(repo: Repo, login: str) -> str:
         return "MEMBER"
     if role is not None:
         return "COLLABORATOR"
+    if contributed is not None:
+        return "CONTRIBUTOR" if contributed else "FIRST_TIME_CONTRIBUTOR"
     return "NONE"
 
 
@@ -116,13 +124,20 @@ def pull_request(
     head_sha: str,
     base_sha: str,
     stats: tuple[int, int, int, int],
+    head_repo: Repo | None,
+    association: str,
 ) -> JSONObject:
-    """A ``pull-request``; ``stats`` is (commits, additions, deletions, changed_files)."""
+    """A ``pull-request``; ``stats`` is (commits, additions, deletions, changed_files).
+
+    ``head_repo`` holds the head branch (a fork, or ``repo``; None once the fork
+    is deleted: ``head.repo`` null, as on GitHub); ``association`` is the author's.
+    """
     api = f"{base}/repos/{repo.full_name}/pulls/{pull.number}"
     issue_api = f"{base}/repos/{repo.full_name}/issues/{pull.number}"
     html = f"{base}/{repo.full_name}/pull/{pull.number}"
     repo_obj = repository(base, state, repo)
     owner = account(base, state, repo.owner)
+    head_owner = (pull.head_repo or repo.full_name).split("/", 1)[0]
     commits, additions, deletions, changed = stats
     labels = [label(base, lb) for name in item.labels if (lb := state.label(repo.full_name, name))]
     statuses = f"{base}/repos/{repo.full_name}/statuses/{head_sha}"
@@ -158,11 +173,11 @@ def pull_request(
         "requested_reviewers": [],
         "requested_teams": [],
         "head": {
-            "label": f"{repo.owner}:{pull.head_ref}",
+            "label": f"{head_owner}:{pull.head_ref}",
             "ref": pull.head_ref,
             "sha": head_sha,
-            "user": owner,
-            "repo": repo_obj,
+            "user": account(base, state, head_owner),
+            "repo": repository(base, state, head_repo) if head_repo is not None else None,
         },
         "base": {
             "label": f"{repo.owner}:{pull.base_ref}",
@@ -181,7 +196,7 @@ def pull_request(
             "commits": _link(f"{api}/commits"),
             "statuses": _link(statuses),
         },
-        "author_association": author_association(repo, item.user),
+        "author_association": association,
         "auto_merge": None,
         "draft": pull.draft,
         "merged": pull.merged,

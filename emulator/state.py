@@ -88,6 +88,8 @@ class Repo:
     created_at: float = 0.0
     #: the org's custom property values for this repository (name -> value)
     custom_properties: dict[str, Any] = field(default_factory=dict)
+    #: for a fork, the full name of the repository it was forked from (GitHub's ``parent``)
+    parent: str | None = None
 
     @property
     def full_name(self) -> str:
@@ -131,6 +133,8 @@ class Pull:
     draft: bool = False
     merged: bool = False
     maintainer_can_modify: bool = False
+    #: full name of the repository holding ``head_ref`` when it is not ``repo`` (a fork); None: ``repo``
+    head_repo: str | None = None
 
 
 @dataclass
@@ -291,6 +295,21 @@ class State:
 
     def pull(self, repo: str, number: int) -> Pull | None:
         return next((p for p in self.pulls.values() if p.repo == repo and p.number == number), None)
+
+    def pull_head_repo(self, pull: Pull) -> Repo | None:
+        """The repository a pull's head branch lives in (a fork, or the base); None once deleted."""
+        return self.repos.get(pull.head_repo or pull.repo)
+
+    def parent_repo(self, repo: Repo) -> Repo | None:
+        return self.repos.get(repo.parent) if repo.parent else None
+
+    def source_repo(self, repo: Repo) -> Repo:
+        """The root of the repository's fork network (GitHub's ``source``; itself when not a fork)."""
+        seen = {repo.full_name}
+        while (up := self.parent_repo(repo)) is not None and up.full_name not in seen:
+            seen.add(up.full_name)
+            repo = up
+        return repo
 
     def next_issue_number(self, repo: str) -> int:
         """Issues and pulls share one sequence per repository, as on GitHub."""

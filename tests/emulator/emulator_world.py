@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +39,17 @@ INSTALLATION_PERMISSIONS = {
     "pull_requests": "write",
     "checks": "write",
 }
+
+
+def run_git(
+    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """git with a fixed identity and no system config, bounded; raises with its stderr on failure."""
+    done = subprocess.run(["git", *args], cwd=cwd, env={**GIT_ENV, **(env or {})}, capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    if check and done.returncode != 0:
+        raise AssertionError(f"git {args}: {done.stderr}")
+    return done
 
 
 @functools.cache

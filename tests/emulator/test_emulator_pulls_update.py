@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from emulator_world import GIT_ENV, OWNER, REPO, World, authed
+from emulator_world import GIT_ENV, OWNER, REPO, World, authed, run_git
 from githubkit import GitHub, TokenAuthStrategy
 from githubkit.webhooks import parse_obj
 from webhook_receiver import Receiver, assert_signed
@@ -21,17 +21,7 @@ BOT = "baton-test[bot]"
 
 
 def _git(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> str:
-    done = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env={**GIT_ENV, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"git {args}: {done.stderr}")
+    done = run_git(*args, cwd=cwd, env=env, check=check)
     return (done.stdout if done.returncode == 0 else done.stderr).strip()
 
 
