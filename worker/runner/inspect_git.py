@@ -13,9 +13,11 @@ change how a diff is counted.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -289,3 +291,37 @@ def read_blobs(git: Git, oids: Iterable[str]) -> dict[str, bytes]:
         found[oid] = out[end + 1 : end + 1 + size]
         pos = end + 1 + size + 1
     return found
+
+
+_MODES = {"100644": 0o644, "100755": 0o755}
+
+
+def tree_tar(repo: Path, commit: str) -> tuple[bytes, frozenset[str]]:
+    """The commit's tree as a tar (exact bytes, modes and symlinks) and its file paths.
+
+    Built from git's objects, not ``git archive``: that honours the commit's own
+    ``.gitattributes``, so ``export-ignore`` would hide files from the copy (an agent's
+    workspace would then seem to delete them) and ``export-subst`` would rewrite others."""
+    with session(repo) as git:
+        listing = git.run("ls-tree", "-r", "-z", "--full-tree", git.rev(commit, "commit"))
+        entries = []
+        for record in listing.split(b"\0"):
+            if record:
+                head, _, name = record.partition(b"\t")
+                mode, kind, oid = head.decode("ascii").split(" ")
+                entries.append((mode, kind, oid, name.decode("utf-8", "surrogateescape")))
+        blobs = read_blobs(git, sorted({oid for _, kind, oid, _ in entries if kind == "blob"}))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for mode, kind, oid, path in entries:
+            info = tarfile.TarInfo(path)
+            if kind == "commit":  # a submodule: an empty directory, as git archive makes it
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif mode == "120000":
+                info.type, info.linkname = tarfile.SYMTYPE, blobs[oid].decode("utf-8", "surrogateescape")
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(blobs[oid]), _MODES.get(mode, 0o644)
+                tar.addfile(info, io.BytesIO(blobs[oid]))
+    return buffer.getvalue(), frozenset(path for _, kind, _, path in entries if kind == "blob")

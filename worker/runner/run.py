@@ -272,12 +272,12 @@ def _message(request: RunRequest) -> str:
 
 
 def _export(repo: Path, base: str, workspace: Path) -> None:
-    """A plain copy of ``base``: no `.git`, nothing but the tree (git archive, hooks never run)."""
+    """A plain copy of ``base``: no `.git`, nothing but the tree, byte for byte (no hook, filter or
+    attribute of the repository's own has a say)."""
     workspace.mkdir(parents=True)
-    with inspect_git.session(repo) as git:
-        archive = git.run("archive", "--format=tar", git.rev(base, "commit"))
+    archive, _ = inspect_git.tree_tar(repo, base)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(workspace, filter="tar")  # our own commit, but no path may leave the workspace
+        tar.extractall(workspace, filter="tar")  # our own tar, but no path may leave the workspace
 
 
 def resolve_base(repo: Path, ref: str = "HEAD") -> str:

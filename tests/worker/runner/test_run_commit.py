@@ -159,3 +159,19 @@ def test_commit_parents_must_each_be_a_commit_given_once(repo: Path) -> None:
     assert git(repo, "branch", "--list", "b*") == ""
     made = ins.commit(repo, base, tree, branch="b3", message="m", author=("a", "a@x"), parents=())
     assert git(repo, "rev-list", "--parents", "-n", "1", made).split() == [made, base]
+
+
+def test_the_agent_sees_every_file_of_the_commit_whatever_its_gitattributes_say(
+    repo: Path, policy: Policy
+) -> None:
+    """``git archive`` would drop export-ignore files from the workspace, and the inspection
+    would then read their absence as the agent deleting them."""
+    (repo / ".gitattributes").write_text("tests/ export-ignore\nversion.txt export-subst\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_app.py").write_text("assert True\n")
+    (repo / "version.txt").write_text("$Format:%H$\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "attributes")
+    steps = [{"op": "read", "path": "tests/test_app.py"}, {"op": "read", "path": "version.txt"}]
+    record = runner.run(request(repo, policy, steps))
+    assert record.outcome == "no-changes", (record.reason, record.changes)
