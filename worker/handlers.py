@@ -38,6 +38,7 @@ from bot.tasks import Kind, Repository, Task
 from worker import config, lifecycle
 from worker.authorize import Authorization, Permission, authorize, screen
 from worker.context import Context
+from worker.gates import evaluate as gates
 from worker.github import api
 from worker.github.limits import Output
 from worker.lifecycle import State
@@ -50,7 +51,7 @@ from worker.status import Status
 
 log = logging.getLogger("baton.handlers")
 
-MERGE_GATE_CHECK = "baton/merge-gate"
+MERGE_GATE_CHECK = "baton/merge-gate"  # the name branch protection requires
 DECISION_PREFIX = "baton:decision:"
 LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
@@ -323,20 +324,28 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Re
 
 
 def merge_gate(ctx: Context, task: Task) -> Result:
+    """``baton/merge-gate`` on the pull request's head (``worker.gates.evaluate``): the check run is
+    opened once the head is known to be current and the evaluation ours, and completed through
+    the outbox with what was re-verified."""
     app = ctx.need_github()
     repo, installation = _where(task)
     if task.head_sha is None:
         raise BatonError("no-head-sha", "the delivery names no head commit")
-    gh = app.for_repository(installation, repo.full_name, "report")
-    output = Output("Baton merge gate", "Started.")
-    run_id = api.create_check_run(gh, repo.full_name, name=MERGE_GATE_CHECK, head_sha=task.head_sha,
-                                  external_id=task.id, details_url=None, output=output)  # fmt: skip
-    # Recorded at once: whatever ends this task from here on completes this run (see worker.jobs).
-    lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id))
-    summary = ("No merge gates are configured yet, so Baton makes no claim about this commit. "
-               "Gates (and signed receipts) arrive with a later Baton release.")  # fmt: skip
-    return Result(State.DONE, f"check run {run_id}: neutral",
-                  check_runs=(CheckRunEnd(run_id, "neutral", "No gates configured", summary),))  # fmt: skip
+    gh = app.for_repository(installation, repo.full_name, "gate")
+
+    def open_run(head: str) -> int:
+        output = Output("Baton merge gate", "Evaluating this commit.")
+        run_id = api.create_check_run(gh, repo.full_name, name=MERGE_GATE_CHECK, head_sha=head,
+                                      external_id=task.id, details_url=None, output=output)  # fmt: skip
+        # Recorded at once: whatever ends this task from here on completes this run (see worker.jobs).
+        lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id))
+        return run_id
+
+    run_id, verdict, detail = gates.evaluate(ctx, task, open_run=open_run)
+    if run_id is None or verdict is None:
+        return Result(State.DONE, detail)
+    return Result(State.DONE, f"check run {run_id}: {verdict.conclusion} ({detail})",
+                  check_runs=(gates.end_for(run_id, verdict),))  # fmt: skip
 
 
 def installation_sync(ctx: Context, task: Task) -> Result:
@@ -347,9 +356,23 @@ def installation_sync(ctx: Context, task: Task) -> Result:
     return Result(State.DONE, f"installation {task.installation_id}: {forgotten} cached entries dropped")
 
 
-def check_action(_ctx: Context, task: Task) -> Result:
+def check_action(ctx: Context, task: Task) -> Result:
+    """The "Approve run" button: counts only from someone holding ``trigger.min_permission`` now,
+    and approves the command gates for that one head. Anyone else's click changes nothing and
+    gets no reply."""
     action = task.check.requested_action if task.check else None
-    return Result(State.DONE, f"check-run action {action!r}: no actions are defined yet")
+    if action != gates.APPROVE.identifier or task.head_sha is None:
+        return Result(State.DONE, f"check-run action {action!r}: not one Baton offers")
+    admitted = _admit(ctx, task, _UNSET, tell_policy=False, tell_refusal=False)
+    if isinstance(admitted, Result):
+        return admitted
+    repo, installation = _where(task)
+    gh = ctx.need_github().for_repository(installation, repo.full_name, "gate")
+    number = task.number or gates.find_pull(gh, repo.full_name, task.head_sha)
+    if number is None:
+        return Result(State.DONE, f"approval for {task.head_sha[:12]}: no open pull request has that head")
+    gates.approve(ctx.redis, repo.id, number, task.head_sha, task.sender.login)
+    return merge_gate(ctx, task)
 
 
 HANDLERS: dict[Kind, Callable[[Context, Task], Result]] = {

@@ -38,7 +38,7 @@ from bot.tasks import Task
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubApp
-from worker.github.limits import Output
+from worker.github.limits import Action, Annotation, Output
 from worker.status import Status, is_status_comment, render
 
 log = logging.getLogger("baton.publish")
@@ -63,6 +63,8 @@ class CheckRunEnd:
     conclusion: str
     title: str
     summary: str
+    annotations: Sequence[dict[str, Any]] = ()  # ``Annotation`` fields; batched by 50 when sent
+    actions: Sequence[dict[str, str]] = ()  # ``Action`` fields: buttons, e.g. "Approve run"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,9 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         for run in pub.check_runs:
             api.complete_check_run(gh, pub.full_name, run.check_run_id, conclusion=run.conclusion,
-                                   output=Output(run.title, run.summary), details_url=None)  # fmt: skip
+                                   output=Output(run.title, run.summary), details_url=None,
+                                   annotations=[Annotation(**a) for a in run.annotations],
+                                   actions=[Action(**a) for a in run.actions])  # fmt: skip
             done.append(f"check run {run.check_run_id} {run.conclusion}")
     if pub.comment is not None and pub.number is not None:
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")

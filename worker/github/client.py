@@ -47,6 +47,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0, pool=5.0)
 PERMISSIONS: dict[str, dict[str, str]] = {
     "read": {"metadata": "read", "contents": "read"},
     "report": {"metadata": "read", "contents": "read", "issues": "write", "checks": "write"},
+    # The merge gate: read the pull request and its code, write its check run.
+    "gate": {"metadata": "read", "contents": "read", "pull_requests": "read", "checks": "write"},
     # Opening or updating a run's PR and its checks. Pushing is git's, with its own token (git_token).
     "pull-request": {
         "metadata": "read",

@@ -50,6 +50,7 @@ from worker.publish import status_now
 from worker.runner import adapters, inspect_git
 from worker.runner import run as runner
 from worker.runs import admit, cancel, report
+from worker.runs.identity import bot_identity
 from worker.runs.mirror import Mirror, MirrorError, Remote
 
 log = logging.getLogger("baton.runs")
@@ -288,7 +289,7 @@ def _request(
         model_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
         model_base_url=ctx.agent_model_url,
         commit=runner.CommitSpec(
-            branch=_local_branch(task), message=message, author=_bot(ctx, task), parents=parents
+            branch=_local_branch(task), message=message, author=bot_identity(ctx, task), parents=parents
         ),
     )
 
@@ -402,25 +403,6 @@ def _explanation(record: Mapping[str, Any]) -> str:
 
 
 # -- identities, secrets, the mirror ---------------------------------------------------------------
-
-
-_BOT_CACHE = "baton:app-bot"
-
-
-def _bot(ctx: Context, task: Task) -> tuple[str, str]:
-    """The App's bot user as git author: ``slug[bot]`` and its noreply address, as GitHub records it."""
-    cached = ctx.redis.get(_BOT_CACHE)
-    if cached is not None:
-        name, email = orjson.loads(cached)
-        return str(name), str(email)
-    app = ctx.need_github()
-    repo, installation = _where(task)
-    slug = str(api.request(app.app, "GET", "/app")["slug"])  # the JWT reads the App itself
-    login = f"{slug}[bot]"
-    user = api.request(app.for_repository(installation, repo.full_name, "read"), "GET", f"/users/{login}")
-    found = (login, f"{user['id']}+{login}@users.noreply.github.com")
-    ctx.redis.set(_BOT_CACHE, orjson.dumps(found), ex=24 * 3600)
-    return found
 
 
 def _co_author(ctx: Context, task: Task) -> str | None:

@@ -264,6 +264,24 @@ class Mirror:
             return {b: tracking[b] for b in listed if b in tracking}
         raise MirrorError(FETCH_FAILED, f"the branches of {remote.url} kept changing during the fetch; retry")
 
+    def fetch_pull(self, remote: Remote, number: int) -> str | None:
+        """Bring the pull request's head (``refs/pull/<n>/head``, which the base repository keeps for
+        every pull, from a fork too) to ``refs/remotes/origin/pull/<n>``; its sha, or None if none."""
+        if number < 1:
+            raise ValueError(f"{number!r} is not a pull request number")
+        self._ensure()
+        refspec = f"+refs/pull/{number}/head:refs/remotes/origin/pull/{number}"
+        code, _, err = self._call(
+            "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
+            "--no-recurse-submodules", "--end-of-options", remote.url, refspec,
+            remote=remote, failure=FETCH_FAILED,
+        )  # fmt: skip
+        if code != 0:
+            if b"couldn't find remote ref" in err:
+                return None
+            raise self._failure(FETCH_FAILED, "fetch", remote, err)
+        return self.head(f"refs/remotes/origin/pull/{number}")
+
     def ls_remote(self, remote: Remote, branches: Sequence[str]) -> dict[str, str]:
         """``{branch: sha}`` on the remote now, for those of ``branches`` that exist (one round trip)."""
         names = [_check_branch(b) for b in dict.fromkeys(branches)]
