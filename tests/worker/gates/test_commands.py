@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.worker.runner.conftest import git
 from worker.gates.commands import TAIL_CHARS, TAIL_LINES, GateResult, Outcome, run_gates
 from worker.github.limits import Annotation
 from worker.policy.model import Gate
@@ -21,9 +20,6 @@ from worker.runner.inspect_git import InspectError
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
 
-#: A fixed identity and no system config: the same commits on every machine.
-GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@localhost", "GIT_CONFIG_NOSYSTEM": "1"}  # fmt: skip
 NET_PY = """import socket, sys
 reached = False
 for host, port in [("127.0.0.1", int(sys.argv[1])), (sys.argv[2], int(sys.argv[1])), ("1.1.1.1", 80)]:
@@ -36,12 +32,6 @@ for host, port in [("127.0.0.1", int(sys.argv[1])), (sys.argv[2], int(sys.argv[1
         print(f"{host}:{port} reached")
 sys.exit(0 if reached else 1)
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                          env={**os.environ, **GIT})  # fmt: skip
-    return done.stdout.strip()
 
 
 @pytest.fixture
