@@ -51,7 +51,6 @@ from worker.status import Status
 
 log = logging.getLogger("baton.handlers")
 
-MERGE_GATE_CHECK = "baton/merge-gate"  # the name branch protection requires
 DECISION_PREFIX = "baton:decision:"
 LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
@@ -335,7 +334,7 @@ def merge_gate(ctx: Context, task: Task) -> Result:
 
     def open_run(head: str) -> int:
         output = Output("Baton merge gate", "Evaluating this commit.")
-        run_id = api.create_check_run(gh, repo.full_name, name=MERGE_GATE_CHECK, head_sha=head,
+        run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
                                       external_id=task.id, details_url=None, output=output)  # fmt: skip
         # Recorded at once: whatever ends this task from here on completes this run (see worker.jobs).
         lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id))

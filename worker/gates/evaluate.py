@@ -47,7 +47,7 @@ from worker.policy import Policy
 from worker.publish import CheckRunEnd
 from worker.runner import inspect_git
 from worker.runner.inspect_rules import violations
-from worker.runs import report
+from worker.runs import admit, report
 from worker.runs.identity import bot_identity
 from worker.runs.mirror import Mirror, Remote
 
@@ -255,9 +255,7 @@ def _judge(
             base,
             head,
         ).decode("utf-8", "replace")
-        log_text = git.run("log", "--format=%H%x00%an%x00%B%x01", "--reverse", f"{base}..{head}").decode(
-            "utf-8", "replace"
-        )
+        commits_on_pr = inspect_git.commit_log(git, base, head)
     found_v = violations(
         changes,
         protected=policy.protected_paths,
@@ -269,7 +267,7 @@ def _judge(
     author_role = _role(gh, repo.full_name, pr.author, pr.author_type)
     scanned = secrets.scan_patch(patch)
     batons = _is_batons(ctx, task, pr)
-    commits = _provenance(ctx.redis, log_text) if batons else None
+    commits = _provenance(ctx.redis, commits_on_pr) if batons else None
     checks = builtin.judge(
         found_v,
         policy_protected=policy.protected_paths,
@@ -303,17 +301,13 @@ def _is_batons(ctx: Context, task: Task, pr: Pull) -> bool:
     return pr.author == bot_identity(ctx, task)[0]
 
 
-def _provenance(client: redis.Redis, log_text: str) -> list[builtin.CommitFact]:
+def _provenance(client: redis.Redis, commits: Sequence[tuple[str, str, str]]) -> list[builtin.CommitFact]:
     facts = []
-    for entry in log_text.split("\x01"):
-        parts = entry.strip("\n").split("\x00")
-        if len(parts) != 3 or not parts[0]:
-            continue
-        sha, author, message = parts
+    for sha, author, message in commits:
         task_id = report.trailer(message)
         recorded = False
         if task_id is not None:
-            raw = client.get(f"baton:run:{task_id}")
+            raw = client.get(admit.RECORD_PREFIX + task_id)
             recorded = raw is not None and orjson.loads(raw).get("commit") == sha
         facts.append(builtin.CommitFact(sha, author, task_id, recorded))
     return facts

@@ -325,3 +325,16 @@ def tree_tar(repo: Path, commit: str) -> tuple[bytes, frozenset[str]]:
                 info.size, info.mode = len(blobs[oid]), _MODES.get(mode, 0o644)
                 tar.addfile(info, io.BytesIO(blobs[oid]))
     return buffer.getvalue(), frozenset(path for _, kind, _, path in entries if kind == "blob")
+
+
+def commit_log(git: Git, base: str, tip: str) -> list[tuple[str, str, str]]:
+    """(sha, author name, full message) of each commit reachable from ``tip`` and not from
+    ``base``, oldest first."""
+    out = git.run("log", "--reverse", "--format=%H%x00%an%x00%B%x01", tip, f"^{base}")
+    found = []
+    for entry in out.decode("utf-8", "replace").split("\x01"):
+        sha, _, rest = entry.strip("\n").partition("\x00")
+        author, _, message = rest.partition("\x00")
+        if sha:
+            found.append((sha, author, message))
+    return found

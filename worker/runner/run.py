@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,6 +89,9 @@ class RunRequest:
     model_base_url: str | None = None
     #: None: one commit on ``baton/run-<id>`` by COMMIT_AUTHOR with the base as its only parent.
     commit: CommitSpec | None = None
+    #: Called once the agent is found and its version known, just before its box starts (the
+    #: worker says "running" on the issue then, with the version this run found).
+    on_start: Callable[[RunRecord], object] | None = None
 
 
 @dataclass
@@ -168,6 +171,8 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
         record.outcome, record.reason = "agent-missing", exc.message
         return _done(record, started)
     record.adapter_version = adapters.version(spec, executable)
+    if request.on_start is not None:
+        request.on_start(record)
     with tempfile.TemporaryDirectory(prefix=f"baton-run-{request.run_id}-") as tmp:
         scratch = Path(tmp)
         result = _run_boxed(request, decision=decision, network_cutoff=found.network_cutoff,

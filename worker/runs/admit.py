@@ -38,6 +38,8 @@ QUEUED_LOCK_S = 6 * 3600.0
 MAX_ATTEMPTS = 2
 #: Record fields of an admitted run: what the run job reads back.
 AGENT, OFFLINE, ATTEMPT, JOB = "run_agent", "run_offline", "run_attempt", "run_job"
+#: + task id -> the run's record (JSON): the evidence, a retry's memory of its push, provenance.
+RECORD_PREFIX = "baton:run:"
 
 
 def lock_key(task: Task) -> str:

@@ -45,9 +45,8 @@ from worker.github.limits import Output
 from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
 from worker.lifecycle import State
 from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, decide, explain
-from worker.policy.model import Agent
 from worker.publish import status_now
-from worker.runner import adapters, inspect_git
+from worker.runner import inspect_git
 from worker.runner import run as runner
 from worker.runs import admit, cancel, report
 from worker.runs.identity import bot_identity
@@ -55,7 +54,6 @@ from worker.runs.mirror import Mirror, MirrorError, Remote
 
 log = logging.getLogger("baton.runs")
 
-RECORD_PREFIX = "baton:run:"  # + task id -> the run record (JSON), for the evidence and a retry
 TICK_S = 1.0
 #: Redis unreachable this long: the run cannot prove it still holds the issue, so it stops.
 REDIS_GRACE_S = 20.0
@@ -125,7 +123,6 @@ class Plan:
     offline: bool
     attempt: int
     number: int
-    full_name: str
     clone_url: str = ""
     issue: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()  # which ceiling applied, said on every status of the run
@@ -140,7 +137,6 @@ def run(ctx: Context, task: Task) -> Result:
         offline=lifecycle.field(ctx.redis, task.id, admit.OFFLINE) == "1",
         attempt=int(lifecycle.field(ctx.redis, task.id, admit.ATTEMPT) or 1),
         number=task.number,
-        full_name=repo.full_name,
     )
     early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
     if early is not None:
@@ -188,10 +184,6 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
     gh = app.for_repository(installation, repo.full_name, "pull-request")
     plan.issue = api.request(gh, "GET", f"{api.repo_path(repo.full_name)}/issues/{plan.number}")
     plan.clone_url = str(api.request(gh, "GET", api.repo_path(repo.full_name))["clone_url"])
-    if (agent := policy.agents.get(plan.agent)) is not None:
-        running = report.running(task.id, plan.agent, adapter=agent.adapter, version=_adapter_version(agent),
-                                 box=_box_promise(ctx), attempt=plan.attempt)  # fmt: skip
-        status_now(ctx, task, dataclasses.replace(running, notices=plan.notices))
 
     mirror = Mirror(ctx.data_dir, repo.id)
     branch = report.branch_for(plan.number)
@@ -239,7 +231,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
             record["outcome"], record["reason"] = "cancelled", supervisor.reason
         _save(ctx, task.id, record)
         if record["outcome"] != "done":
-            return _ended(task, plan, record, agent_env=_secrets(ctx, policy, plan.agent))
+            return _ended(task, plan, record, agent_env=_secrets(policy, plan.agent))
         write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
         try:
             with mirror.locked():
@@ -276,7 +268,15 @@ def _request(
     message = report.commit_message(
         title=title, number=plan.number, task_id=task.id, agent=plan.agent, co_author=_co_author(ctx, task)
     )
+
+    def started(record: runner.RunRecord) -> None:
+        """The agent was found and its version read: say "running" just before its box starts."""
+        running = report.running(task.id, plan.agent, adapter=str(record.adapter), box=_box_promise(ctx),
+                                 version=record.adapter_version, attempt=plan.attempt)  # fmt: skip
+        status_now(ctx, task, dataclasses.replace(running, notices=plan.notices))
+
     return runner.RunRequest(
+        on_start=started,
         agent=plan.agent,
         repo=repo_dir,
         base=base,
@@ -422,9 +422,8 @@ def _env_names(policy: Policy, agent: str) -> tuple[str, ...]:
     return tuple(found.env) if found is not None else ()
 
 
-def _secrets(ctx: Context, policy: Policy, agent: str) -> tuple[str, ...]:
+def _secrets(policy: Policy, agent: str) -> tuple[str, ...]:
     """Values the agent was given (API keys): never shown, even if the agent printed them."""
-    del ctx
     return tuple(os.environ[name] for name in _env_names(policy, agent) if os.environ.get(name))
 
 
@@ -437,15 +436,11 @@ def _box_promise(ctx: Context) -> str:
 
 
 def _foreign_commits(repo_dir: Path, base: str, tip: str) -> list[str]:
-    """Commits on the branch (not on the base) that Baton did not make: no ``Baton-Task`` trailer."""
+    """Commits on the branch (not on the base) that Baton did not make (no ``Baton-Task`` trailer),
+    newest first."""
     with inspect_git.session(repo_dir) as git:
-        listed = git.run("log", "--format=%H%x00%B%x01", tip, f"^{base}").decode("utf-8", "replace")
-    foreign = []
-    for entry in listed.split("\x01"):
-        sha, _, message = entry.strip("\n").partition("\x00")
-        if sha and report.trailer(message) is None:
-            foreign.append(sha)
-    return foreign
+        listed = inspect_git.commit_log(git, base, tip)
+    return [sha for sha, _, message in reversed(listed) if report.trailer(message) is None]
 
 
 def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:
@@ -459,13 +454,13 @@ def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:
 
 
 def _saved(ctx: Context, task_id: str) -> dict[str, Any] | None:
-    raw = ctx.redis.get(RECORD_PREFIX + task_id)
+    raw = ctx.redis.get(admit.RECORD_PREFIX + task_id)
     return orjson.loads(raw) if raw else None
 
 
 def _save(ctx: Context, task_id: str, record: Mapping[str, Any]) -> None:
     ctx.redis.set(
-        RECORD_PREFIX + task_id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
+        admit.RECORD_PREFIX + task_id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
     )
 
 
@@ -475,11 +470,3 @@ def _explain(ctx: Context, policy: Policy, plan: Plan, private: bool) -> str:
         agent=plan.agent, repo_private=private, offline=plan.offline, network_cutoff=ctx.network_cutoff
     )
     return explain(decide(policy, facts))
-
-
-def _adapter_version(agent: Agent) -> str | None:
-    spec = adapters.SPECS[agent.adapter]
-    try:
-        return adapters.version(spec, adapters.locate(spec, agent, os.environ.get("PATH", "/usr/bin:/bin")))
-    except adapters.AgentMissing:
-        return None
