@@ -553,7 +553,8 @@ def baton_serving(
 
 def run(out: Path | None) -> int:
     started = time.monotonic()
-    work = out or Path(tempfile.mkdtemp(prefix="baton-demo-"))
+    # Absolute: the worker's BATON_DATA_DIR lives under it, and the README runs `--out demo-out`.
+    work = (out or Path(tempfile.mkdtemp(prefix="baton-demo-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
     for ours in ("github", "redis"):  # a fresh world every run, also in a reused --out
         shutil.rmtree(work / ours, ignore_errors=True)

@@ -20,8 +20,8 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     }
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "demo", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, "-m", "bot.cli", "demo", "--out", "demo"],  # relative, as the README runs it
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "16/16 scenarios as expected" in done.stdout
