@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -19,7 +20,7 @@ import redis
 import uvicorn
 from starlette.types import ASGIApp
 
-from bot.redis_server import EmbeddedRedis, free_port
+from bot.redis_server import EmbeddedRedis
 from bot.signature import sign
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
@@ -51,14 +52,22 @@ def rdb(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
+def listening_socket() -> socket.socket:
+    """A socket bound to a free loopback port and kept: no other test can take the port before
+    the server starts (choosing a port, closing it and binding again later raced under xdist)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 @contextlib.contextmanager
-def serve_app(app: ASGIApp, port: int | None = None) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a loopback port (a thread), as `baton serve` does."""
-    port = port or free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
+def serve_app(app: ASGIApp, sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a loopback socket (a thread), as `baton serve` does."""
+    sock = sock or listening_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
@@ -70,6 +79,7 @@ def serve_app(app: ASGIApp, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
 
 
 def examples(event: str) -> list[dict[str, Any]]:

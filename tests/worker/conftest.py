@@ -19,7 +19,7 @@ from bot.settings import Settings
 from bot.tasks import Task
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
-from tests.conftest import free_port, serve_app
+from tests.conftest import listening_socket, serve_app
 from worker import lifecycle
 from worker.context import Context
 from worker.github.client import AppCredentials, GitHubApp
@@ -81,11 +81,12 @@ class Stage:
 
 
 def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any) -> Iterator[Stage]:
-    port = free_port()
+    sock = listening_socket()
+    port = sock.getsockname()[1]
     with EmulatorServer(tmp_path / "github") as server, AdminClient(server.url) as admin:
         w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}", **world_kw)
         settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id))
-        with serve_app(create_app(settings, redis_url), port):
+        with serve_app(create_app(settings, redis_url), sock):
             app = GitHubApp(
                 AppCredentials(str(w.app_id), w.private_key, server.url), rdb, timeout=5, retry=FAST
             )
