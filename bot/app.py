@@ -1,4 +1,4 @@
-"""The web application: the webhook endpoint plus health, readiness and metrics."""
+"""The web application: the webhook endpoint plus health, readiness, metrics and the evidence."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from bot import queues, records
 from bot.enqueue import Enqueuer
+from bot.evidence import EvidenceEndpoints
 from bot.logs import DeliveryLog
 from bot.metrics import Metrics, RedisGauges
 from bot.settings import Settings
@@ -88,6 +89,7 @@ def create_app(settings: Settings, redis_url: str | None, delivery_log: Delivery
         metrics=metrics,
         log=delivery_log or DeliveryLog(),
     )
+    evidence = EvidenceEndpoints(settings, redis_url)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok", "setup_mode": settings.setup_mode})
@@ -124,11 +126,13 @@ def create_app(settings: Settings, redis_url: str | None, delivery_log: Delivery
         finally:
             if enqueuer is not None:
                 await enqueuer.close()
+            evidence.close()
 
     routes = [
         Route(WEBHOOK_PATH, webhook, methods=["POST"]),  # reached only by non-POST (405)
         Route("/healthz", healthz),
         Route("/readyz", readyz),
+        *evidence.routes(),
     ]
     metrics_route = Route(METRICS_PATH, metrics_endpoint)
     separate = settings.metrics_port is not None

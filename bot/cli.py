@@ -21,6 +21,8 @@ COMMANDS: tuple[str, ...] = (
     "worker.commands.worker",
     "worker.commands.policy",
     "worker.commands.gate",
+    "evidence.cli",  # keys generate, verify, log verify
+    "worker.commands.evidence",  # audit verify|export, replay
     "worker.commands.run",
     "emulator.command",
     "emulator.model_command",

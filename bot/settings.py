@@ -15,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bot.errors import ConfigError
+from evidence.errors import EvidenceError
+from evidence.keys import PublicKey, SigningKey, read_keys
 
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 #: GitHub caps webhook payloads at 25 MB; larger bodies cannot be real deliveries.
@@ -23,6 +25,10 @@ _Getter = Callable[[str], "str | None"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: RFC 6750's token characters; long enough that guessing is not an option.
 METRICS_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+#: An HMAC key shorter than this is guessable; 32 hex characters are 128 bits.
+MIN_AUDIT_SECRET = 32
+HOW_TO_SIGN = "run `baton keys generate --out DIR` and set BATON_SIGNING_KEY_PATH=DIR/baton-signing-key.pem"
+HOW_TO_AUDIT = "set BATON_AUDIT_SECRET to 32+ random characters (e.g. the output of `openssl rand -hex 32`)"
 
 KNOWN: dict[str, str] = {
     "APP_ID": "the GitHub App's id (a number)",
@@ -43,6 +49,11 @@ KNOWN: dict[str, str] = {
     "BATON_DATA_DIR": "where the worker keeps repository mirrors (default ~/.local/share/baton)",
     "BATON_AGENT_ROUTES": "HOST=IP:PORT,...: agents' traffic for HOST goes there (a stand-in, a gateway)",
     "BATON_AGENT_MODEL_URL": "the model base URL given to agent CLIs instead of their vendor's",
+    "BATON_SIGNING_KEY": "PEM private key that signs receipts and checkpoints (or BATON_SIGNING_KEY_PATH)",
+    "BATON_SIGNING_KEY_PATH": "path to that key; make one with `baton keys generate --out DIR`",
+    "BATON_VERIFY_KEYS_PATH": "retired public keys still published for verification (PEM or a keys document)",
+    "BATON_AUDIT_SECRET": "the audit chain's master secret (32+ characters, e.g. `openssl rand -hex 32`)",
+    "BATON_PUBLIC_URL": "http(s) URL where this `baton serve` is reachable; check runs link receipts there",
 }
 
 
@@ -78,11 +89,34 @@ class Settings:
     #: Host -> (ip, port) for agents' egress proxy, instead of DNS.
     agent_routes: tuple[tuple[str, str, int], ...] = ()
     agent_model_url: str | None = None
+    #: Signs every receipt and checkpoint; None only in setup mode (`baton serve` refuses otherwise).
+    signing_key: SigningKey | None = field(default=None, repr=False)
+    #: Keys that signed older receipts: still published, so those receipts keep verifying.
+    retired_keys: tuple[PublicKey, ...] = ()
+    audit_secret: bytes | None = field(default=None, repr=False)
+    public_url: str | None = None  # no trailing slash
 
     @property
     def setup_mode(self) -> bool:
         """With no webhook secret nothing can be verified, so nothing is accepted."""
         return not self.webhook_secrets
+
+    @property
+    def public_keys(self) -> tuple[PublicKey, ...]:
+        """What /.well-known/baton/keys publishes: the current key first, then the retired ones."""
+        current = (self.signing_key.public,) if self.signing_key is not None else ()
+        return tuple(dict.fromkeys((*current, *self.retired_keys)))
+
+    def missing_evidence(self) -> str | None:
+        """Why this Baton cannot sign its evidence, with the fix; None when it can."""
+        missing = []
+        if self.signing_key is None:
+            missing.append(f"no signing key: {HOW_TO_SIGN} (or put the PEM in BATON_SIGNING_KEY)")
+        if self.audit_secret is None:
+            missing.append(f"no audit secret: {HOW_TO_AUDIT}")
+        if not missing:
+            return None
+        return "Baton never publishes unsigned evidence: " + "; ".join(missing)
 
     def __repr__(self) -> str:
         """Secrets are left out, and the Redis URL's password is shown as ``***``."""
@@ -179,6 +213,10 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         data_dir=_data_dir(get("BATON_DATA_DIR")),
         agent_routes=_routes(get("BATON_AGENT_ROUTES")),
         agent_model_url=_model_url(get("BATON_AGENT_MODEL_URL")),
+        signing_key=_signing_key(get("BATON_SIGNING_KEY"), get("BATON_SIGNING_KEY_PATH")),
+        retired_keys=_retired_keys(get("BATON_VERIFY_KEYS_PATH")),
+        audit_secret=_audit_secret(get("BATON_AUDIT_SECRET")),
+        public_url=_public_url(get("BATON_PUBLIC_URL")),
     )
 
 
@@ -213,6 +251,91 @@ def _model_url(raw: str | None) -> str | None:
             "bad-setting", f"BATON_AGENT_MODEL_URL must be an http(s) URL without credentials, got {raw!r}"
         )
     return raw
+
+
+def _signing_key(literal: str | None, path: str | None) -> SigningKey | None:
+    if literal and path:
+        raise ConfigError("bad-setting", "set BATON_SIGNING_KEY or BATON_SIGNING_KEY_PATH, not both")
+    if path is not None:
+        source = f"BATON_SIGNING_KEY_PATH={path}"
+        text = _read(path, source, f"check the path, or {HOW_TO_SIGN}")
+    elif literal is not None:
+        # Accept literal "\n" line breaks, as PRIVATE_KEY does (some hosts store PEMs that way).
+        source, text = "BATON_SIGNING_KEY", literal.replace("\\n", "\n")
+    else:
+        return None
+    if "-----BEGIN" not in text:
+        raise ConfigError(
+            "bad-setting", f"{source} is not a PEM private key (no -----BEGIN line); {HOW_TO_SIGN}"
+        )
+    try:
+        return SigningKey.from_pem(text, source)
+    except EvidenceError as exc:
+        raise ConfigError("bad-setting", f"{_one_line(exc.message)}; {HOW_TO_SIGN}") from None
+
+
+def _retired_keys(path: str | None) -> tuple[PublicKey, ...]:
+    if path is None:
+        return ()
+    source = f"BATON_VERIFY_KEYS_PATH={path}"
+    text = _read(path, source, "point it at the retired keys' PEM file or keys document")
+    try:
+        return tuple(read_keys(text, source).values())
+    except EvidenceError as exc:
+        raise ConfigError(
+            "bad-setting", f"{_one_line(exc.message)} (it holds PEM public keys or a keys document)"
+        ) from None
+
+
+def _read(path: str, source: str, fix: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError("bad-setting", f"{source}: cannot read it ({why}); {fix}") from None
+
+
+def _one_line(text: str) -> str:
+    """Library messages (cryptography's included) as one line: start-up errors are printed as one."""
+    return " ".join(text.split())
+
+
+def _audit_secret(raw: str | None) -> bytes | None:
+    if raw is not None and len(raw) < MIN_AUDIT_SECRET:
+        raise ConfigError(
+            "bad-setting",
+            f"BATON_AUDIT_SECRET is {len(raw)} characters, it must be at least {MIN_AUDIT_SECRET}: "
+            "use the output of `openssl rand -hex 32`",
+        )
+    return None if raw is None else raw.encode("utf-8")
+
+
+def _public_url(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    url = raw.rstrip("/")
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        bad_port = True
+    else:
+        bad_port = False
+    if (
+        bad_port
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.query
+        or parts.fragment
+        or any(c.isspace() for c in url)
+    ):
+        raise ConfigError(
+            "bad-setting",
+            "BATON_PUBLIC_URL must be the http(s) URL where `baton serve` is reachable, without "
+            f"credentials, query or fragment (e.g. https://baton.example.com), got {redact_url(raw)!r}",
+        )
+    return url
 
 
 def _int(get: _Getter, name: str, default: int, lo: int, hi: int) -> int:

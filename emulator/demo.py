@@ -16,6 +16,8 @@ import contextlib
 import copy
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,10 +39,12 @@ from emulator import world
 from emulator.admin_client import AdminClient
 from emulator.modelapi import ModelStandin
 from emulator.server import EmulatorServer, free_port
+from evidence.keys import SigningKey
 from worker import lifecycle
 from worker.handlers import DECISION_PREFIX
 
 EXAMPLE = Path(__file__).parent / "examples" / "issues.labeled.json"
+RECEIPT = re.compile(r"```json\n(.*?)\n```", re.DOTALL)
 WAIT_S = 30.0
 
 
@@ -520,12 +524,12 @@ PULL_SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
 
 @contextlib.contextmanager
 def baton_serving(
-    work: Path, w: world.World, redis_url: str, api_url: str, *, port: int, agents: dict[str, str]
+    work: Path, w: world.World, redis_url: str, api_url: str, *, port: int, env_extra: dict[str, str]
 ) -> Iterator[None]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATON_")}
     env.update(APP_ID=str(w.app_id), PRIVATE_KEY=w.private_key, WEBHOOK_SECRET=w.webhook_secret,
                REDIS_URL=redis_url, GITHUB_API_URL=api_url, PORT=str(port), LOG_LEVEL="WARNING",
-               BATON_DATA_DIR=str(work / "data"), **agents)  # fmt: skip
+               BATON_DATA_DIR=str(work / "data"), **env_extra)  # fmt: skip
     with (work / "baton.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", "serve", "--worker"], env=env, stdout=log, stderr=log
@@ -556,7 +560,7 @@ def run(out: Path | None) -> int:
     # Absolute: the worker's BATON_DATA_DIR lives under it, and the README runs `--out demo-out`.
     work = (out or Path(tempfile.mkdtemp(prefix="baton-demo-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    for ours in ("github", "redis"):  # a fresh world every run, also in a reused --out
+    for ours in ("github", "redis", "keys", "receipts"):  # a fresh world every run, also in a reused --out
         shutil.rmtree(work / ours, ignore_errors=True)
     outcomes: list[Outcome] = []
     with contextlib.ExitStack() as stack:
@@ -573,15 +577,97 @@ def run(out: Path | None) -> int:
                       "ANTHROPIC_API_KEY": "sk-demo-not-a-secret",
                       "BATON_AGENT_ROUTES": f"api.anthropic.com=127.0.0.1:{model.port}",
                       "BATON_AGENT_MODEL_URL": "http://api.anthropic.com"}  # fmt: skip
-        stack.enter_context(baton_serving(work, w, server.url, github.url, port=port, agents=agents))
+        signing = _signing_env(work, f"http://127.0.0.1:{port}")
+        stack.enter_context(baton_serving(work, w, server.url, github.url, port=port,
+                                          env_extra={**agents, **signing}))  # fmt: skip
         rdb = stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url)))
         demo = Demo(admin, rdb, w, github.directory, claude)
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             pulls = pool.submit(_play, demo, PULL_SCENARIOS)
             outcomes = _play(demo, SCENARIOS) + pulls.result()
+        outcomes += _play(demo, [
+            ("every check run's receipt, offline", lambda d: receipts_verify(d, work, port)),
+            ("every decision replayed, the audit chain", lambda d: replay_and_audit(server.url, signing)),
+        ])  # fmt: skip
         _write(work, admin, github.directory, outcomes)
     _print(outcomes, time.monotonic() - started, work)
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def _signing_env(work: Path, public_url: str) -> dict[str, str]:
+    """A signing key made for this run (DIR/keys, the public half beside it) and an audit secret."""
+    keys = work / "keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    key = SigningKey.generate()
+    private = keys / "baton-signing-key.pem"
+    private.touch(mode=0o600)
+    private.write_bytes(key.private_pem())
+    (keys / "baton-signing-key.pub.pem").write_text(key.public.pem())
+    return {"BATON_SIGNING_KEY_PATH": str(private), "BATON_AUDIT_SECRET": secrets.token_hex(32),
+            "BATON_PUBLIC_URL": public_url}  # fmt: skip
+
+
+def _baton(
+    *args: str, env: dict[str, str] | None = None, module: str = "bot.cli"
+) -> subprocess.CompletedProcess[str]:
+    """`baton ARGS` as a user runs it (``evidence.cli``: the verifier alone, as offline users have it)."""
+    argv = [sys.executable, "-m", module, *args]
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ, check=False)  # noqa: S603
+
+
+def receipts_verify(demo: Demo, work: Path, port: int) -> Result:
+    """Each completed check run's receipt, saved as DIR/receipts/*.json (the bundle) and *.dsse.json
+    (the bare envelope), checked by `baton verify` with the public key alone; then the log's
+    newest checkpoint, and `baton log verify` from the first receipt's checkpoint to it."""
+    folder = work / "receipts"
+    folder.mkdir(exist_ok=True)
+    public = str(work / "keys" / "baton-signing-key.pub.pem")
+    runs = [r for r in demo.admin.check_runs() if r["status"] == "completed"]
+    failures, first = [], None
+    for i, run in enumerate(runs):
+        found = RECEIPT.search(run["output"].get("text") or "")
+        if found is None:
+            failures.append(f"{run['name']} on {run['head_sha'][:12]} has no receipt")
+            continue
+        bundle = json.loads(found.group(1))
+        name = f"{i:02d}-{run['name'].replace('/', '-')}-{run['head_sha'][:12]}"
+        (folder / f"{name}.json").write_text(json.dumps(bundle, indent=2) + "\n")
+        (folder / f"{name}.dsse.json").write_text(json.dumps(bundle["dsseEnvelope"], indent=2) + "\n")
+        first = first or bundle["logEntry"]["checkpoint"]
+        done = _baton("verify", str(folder / f"{name}.json"), "--key", public,
+                      "--commit", run["head_sha"], module="evidence.cli")  # fmt: skip
+        if done.returncode != 0:
+            failures.append(f"{name}: {done.stderr.strip()}")
+    installation = demo.world.installation_id
+    base = f"http://127.0.0.1:{port}/.well-known/baton/log/{installation}"
+    newest = httpx.get(f"{base}/checkpoint", timeout=10).json()
+    (work / "checkpoint.json").write_text(json.dumps(newest, indent=2) + "\n")
+    (work / "first-checkpoint.json").write_text(json.dumps(first, indent=2) + "\n")
+    consistent = _baton("log", "verify", "--from", str(work / "first-checkpoint.json"), "--to",
+                        str(work / "checkpoint.json"), "--key", public, "--log-url", base,
+                        module="evidence.cli")  # fmt: skip
+    if consistent.returncode != 0:
+        failures.append(f"log verify: {consistent.stderr.strip()}")
+    since = (first or {}).get("treeSize")
+    observed = (f"{len(runs) - len(failures)}/{len(runs)} receipts verified; log of "
+                f"{newest['treeSize']} entries consistent since size {since}")  # fmt: skip
+    if failures:
+        observed += "; " + "; ".join(failures[:3])
+    return "every receipt verifies; the log only grew", observed, bool(runs) and not failures
+
+
+def replay_and_audit(redis_url: str, signing: dict[str, str]) -> Result:
+    env = {"REDIS_URL": redis_url, **signing}
+    replayed = _baton("replay", "--all", "--json", env=env)
+    audited = _baton("audit", "verify", env=env)
+    tasks = json.loads(replayed.stdout)["tasks"] if replayed.stdout.startswith("{") else {}
+    decisions = sum(len(found) for found in tasks.values())
+    said = (audited.stdout or audited.stderr or "?").strip().splitlines()[0]
+    same = "byte-identical" if replayed.returncode == 0 else "DIFFERENT"
+    observed = f"{decisions} decisions of {len(tasks)} tasks {same}; audit: {said}"
+    ok = replayed.returncode == 0 and audited.returncode == 0 and decisions > 0
+    return "replay identical; audit chain intact", observed, ok
 
 
 def _play(demo: Demo, scenarios: list[tuple[str, Callable[[Demo], Result]]]) -> list[Outcome]:

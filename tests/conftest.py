@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from bot.redis_server import EmbeddedRedis
 from bot.signature import sign
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
+from evidence.keys import SigningKey
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SECRET = b"test-secret-for-baton"
@@ -152,3 +155,29 @@ def agent_cli_bin() -> Path:
                           capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     assert done.returncode == 0, f".ci/agent-clis failed:\n{done.stdout}\n{done.stderr}"
     return prefix / "node_modules" / ".bin"
+
+
+@dataclass(frozen=True)
+class EvidenceKeys:
+    """A signing key and an audit secret made for this test session (never a committed secret)."""
+
+    key: SigningKey
+    key_path: Path
+    audit_secret: str
+
+    def env(self) -> dict[str, str]:
+        """What `baton serve` and `baton worker` need to start: they refuse to run without them."""
+        return {"BATON_SIGNING_KEY_PATH": str(self.key_path), "BATON_AUDIT_SECRET": self.audit_secret}
+
+
+def make_evidence_keys(directory: Path) -> EvidenceKeys:
+    key = SigningKey.generate()
+    path = directory / "baton-signing-key.pem"
+    path.write_bytes(key.private_pem())
+    path.chmod(0o600)
+    return EvidenceKeys(key, path, secrets.token_hex(32))
+
+
+@pytest.fixture(scope="session")
+def evidence_keys(tmp_path_factory: pytest.TempPathFactory) -> EvidenceKeys:
+    return make_evidence_keys(tmp_path_factory.mktemp("evidence-keys"))

@@ -17,13 +17,17 @@ import pytest
 import redis
 
 from bot.app import WEBHOOK_PATH
-from tests.conftest import SECRET, delivery_headers, free_port, labeled
+from bot.redis_server import free_port
+from tests.conftest import SECRET, EvidenceKeys, delivery_headers, labeled
 from worker import lifecycle
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, keys: EvidenceKeys | None, **extra: str) -> dict[str, str]:
+    """The environment for `baton`: with ``keys`` (which serve and worker need to start) or none."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "WEBHOOK_SECRET", "APP_ID")}
-    env.update({"XDG_CACHE_HOME": str(tmp_path / "cache"), "LOG_LEVEL": "WARNING"}, **extra)
+    env = {k: v for k, v in env.items() if not k.startswith("BATON_")}
+    env.update({"XDG_CACHE_HOME": str(tmp_path / "cache"), "LOG_LEVEL": "WARNING"})
+    env.update({**(keys.env() if keys else {}), **extra})
     return env
 
 
@@ -88,8 +92,10 @@ def port() -> int:
     return free_port()
 
 
-def test_serve_with_worker_on_the_embedded_server(tmp_path: Path, port: int) -> None:
-    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
+def test_serve_with_worker_on_the_embedded_server(
+    tmp_path: Path, port: int, evidence_keys: EvidenceKeys
+) -> None:
+    env = _env(tmp_path, evidence_keys, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
     serve = _baton("serve", "--worker", env=env)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -112,9 +118,9 @@ def test_serve_with_worker_on_the_embedded_server(tmp_path: Path, port: int) -> 
 
 
 def test_serve_and_worker_as_separate_processes_on_redis_url(
-    tmp_path: Path, port: int, redis_url: str
+    tmp_path: Path, port: int, redis_url: str, evidence_keys: EvidenceKeys
 ) -> None:
-    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url)
+    env = _env(tmp_path, evidence_keys, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url)
     serve = _baton("serve", env=env)
     work = _baton("worker", env=env)
     try:
@@ -137,7 +143,8 @@ def test_serve_and_worker_as_separate_processes_on_redis_url(
 
 
 def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) -> None:
-    serve = _baton("serve", env=_env(tmp_path, PORT=str(port)))
+    """Setup mode needs no signing key either: nothing is accepted, so nothing is signed."""
+    serve = _baton("serve", env=_env(tmp_path, None, PORT=str(port)))
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_ready(base, serve)
@@ -145,6 +152,7 @@ def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) ->
         r = httpx.post(base + WEBHOOK_PATH, content=body, headers=delivery_headers(body, "issues"), timeout=5)
         assert r.status_code == 503
         assert httpx.get(base + "/healthz").json()["setup_mode"] is True
+        assert httpx.get(base + "/.well-known/baton/keys").status_code == 404  # no key to publish
     finally:
         _stop(serve)
     assert "SETUP MODE" in _output(serve)
@@ -168,11 +176,11 @@ def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) ->
     ],
 )
 def test_bad_settings_give_one_clear_line(
-    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str, evidence_keys: EvidenceKeys
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args], env=_env(tmp_path, **env), capture_output=True, text=True,
-        timeout=30, check=False,
+        [sys.executable, "-m", "bot.cli", *args], env=_env(tmp_path, evidence_keys, **env),
+        capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -181,12 +189,61 @@ def test_bad_settings_give_one_clear_line(
     assert "Traceback" not in done.stderr
 
 
+def test_serve_and_worker_refuse_to_start_without_evidence_keys(
+    tmp_path: Path, port: int, evidence_keys: EvidenceKeys
+) -> None:
+    """Baton never publishes unsigned evidence: serve (outside setup mode) and every worker stop at
+    once, in one line naming the variable. Started side by side: each start costs a second or two."""
+    secret, key_only = SECRET.decode(), {"BATON_SIGNING_KEY_PATH": str(evidence_keys.key_path)}
+    unsigned = "BATON_SIGNING_KEY_PATH="  # the fix named in missing_evidence()
+    cases = [
+        (("serve",), _env(tmp_path, None, WEBHOOK_SECRET=secret, PORT=str(port)), unsigned),
+        (("serve",), _env(tmp_path, None, WEBHOOK_SECRET=secret, **key_only), "BATON_AUDIT_SECRET"),
+        # Setup mode needs no key, but the worker beside it would sign: refused before it starts.
+        (("serve", "--worker"), _env(tmp_path, None, PORT=str(port)), unsigned),
+        (("worker",), _env(tmp_path, None, REDIS_URL="redis://127.0.0.1:1/0"), unsigned),
+        (
+            ("worker",),
+            _env(tmp_path, evidence_keys, BATON_AUDIT_SECRET="too-short"),
+            "BATON_AUDIT_SECRET is 9",
+        ),
+        (("serve",), _env(tmp_path, evidence_keys, BATON_PUBLIC_URL="example.com"), "BATON_PUBLIC_URL must"),
+    ]
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args, env, _ in cases
+    ]
+    try:
+        for proc, (args, _, message) in zip(started, cases, strict=True):
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 2, (args, err)
+            lines = err.strip().splitlines()
+            assert len(lines) == 1, err
+            assert lines[0].startswith(f"baton {args[0]}: ")
+            assert message in lines[0]
+            if message in (unsigned, "BATON_AUDIT_SECRET"):
+                assert "Baton never publishes unsigned evidence" in lines[0]
+            if message == unsigned:
+                assert "run `baton keys generate --out DIR` and set" in lines[0]
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_worker_supervisor_exits_nonzero_when_a_pool_process_stops_on_its_own(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, evidence_keys: EvidenceKeys
 ) -> None:
     """Even a clean exit of one child (its own warm shutdown) is a lost pool: the platform must restart."""
     client = redis.Redis.from_url(redis_url)
-    supervisor = _baton("worker", env=_env(tmp_path, REDIS_URL=redis_url))
+    supervisor = _baton("worker", env=_env(tmp_path, evidence_keys, REDIS_URL=redis_url))
     try:
         deadline = time.monotonic() + 30
         while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
@@ -213,9 +270,11 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def test_serve_exits_nonzero_when_its_worker_exits(tmp_path: Path, port: int) -> None:
+def test_serve_exits_nonzero_when_its_worker_exits(
+    tmp_path: Path, port: int, evidence_keys: EvidenceKeys
+) -> None:
     """`serve --worker` with no worker left would answer 202 to tasks nothing runs: it must stop."""
-    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
+    env = _env(tmp_path, evidence_keys, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port))
     serve = _baton("serve", "--worker", env=env)
     state_file = tmp_path / "cache" / "baton" / "redis" / "server.json"
     try:
@@ -237,10 +296,12 @@ def test_serve_exits_nonzero_when_its_worker_exits(tmp_path: Path, port: int) ->
     assert not state_file.exists()  # the embedded Redis was still stopped and its state removed
 
 
-def test_metrics_on_their_own_port_with_a_token(tmp_path: Path, port: int, redis_url: str) -> None:
+def test_metrics_on_their_own_port_with_a_token(
+    tmp_path: Path, port: int, redis_url: str, evidence_keys: EvidenceKeys
+) -> None:
     metrics_port = free_port()
     token = "0123456789abcdef0123456789abcdef"
-    env = _env(tmp_path, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url,
+    env = _env(tmp_path, evidence_keys, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url,
                BATON_METRICS_PORT=str(metrics_port), BATON_METRICS_TOKEN=token)  # fmt: skip
     serve = _baton("serve", env=env)
     try:
@@ -266,7 +327,7 @@ def test_metrics_on_their_own_port_with_a_token(tmp_path: Path, port: int, redis
 
 
 def test_a_port_in_use_is_one_clear_line(tmp_path: Path, port: int, redis_url: str) -> None:
-    env = _env(tmp_path, PORT=str(port), REDIS_URL=redis_url)
+    env = _env(tmp_path, None, PORT=str(port), REDIS_URL=redis_url)  # setup mode: no key needed
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen(1)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
+from in_toto_attestation.v1 import statement_pb2
+from in_toto_attestation.v1.statement import Statement
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
 
 from emulator import demo
+from evidence import statement
+from evidence.keys import PublicKey
 
 
 def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> None:
@@ -24,10 +35,10 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "16/16 scenarios as expected" in done.stdout
+    assert "18/18 scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["passed"] for s in summary] == [True] * 16
+    assert [s["passed"] for s in summary] == [True] * 18
     assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
     # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
     [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]
@@ -46,6 +57,8 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     # One status comment per issue, however many tasks touched it.
     assert len({(c["repository"], c["issue_number"]) for c in ours}) == len(ours)
 
+    _every_receipt_is_accepted_by_independent_verifiers(out, checks)
+
     lines = (out / "github-requests.jsonl").read_text().splitlines()
     assert lines
     for line in lines:
@@ -54,3 +67,24 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     tokens = [json.loads(x) for x in lines if json.loads(x)["path"].endswith("/access_tokens")]
     assert tokens
     assert all(len(t["body"]["repositories"]) == 1 for t in tokens)
+
+
+def _every_receipt_is_accepted_by_independent_verifiers(out: Path, checks: list[dict[str, Any]]) -> None:
+    """securesystemslib verifies each envelope the demo saved, with the key it saved; in-toto's own
+    parsers accept each Statement (and the merge gate's test-result predicate, unknown fields refused)."""
+    [pem] = (out / "keys").glob("*.pub.pem")
+    public = PublicKey.from_pem(pem.read_bytes(), str(pem))
+    key = SSlibKey.from_crypto(public.crypto, keyid=public.keyid)
+    envelopes = sorted((out / "receipts").glob("*.dsse.json"))
+    assert len(envelopes) == len(checks)  # one receipt for every completed check run
+    for path in envelopes:
+        envelope = json.loads(path.read_text())
+        parsed = Envelope.from_dict(copy.deepcopy(envelope))
+        assert public.keyid in parsed.verify([key], 1)
+        payload = parsed.payload
+        Statement.copy_from_pb(json_format.Parse(payload.decode(), statement_pb2.Statement())).validate()
+        found = json.loads(payload)
+        if found["predicateType"] == statement.TEST_RESULT:
+            json_format.Parse(json.dumps(found["predicate"]), test_result_pb2.TestResult())
+    checkpoint = json.loads((out / "checkpoint.json").read_text())
+    assert checkpoint["treeSize"] >= len(envelopes)

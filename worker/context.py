@@ -17,6 +17,7 @@ import redis
 from bot import settings
 from bot.errors import ConfigError
 from worker.github.client import AppCredentials, GitHubApp
+from worker.receipts import Signer
 from worker.runner import box
 
 
@@ -34,6 +35,9 @@ class Context:
     #: BATON_AGENT_ROUTES and BATON_AGENT_MODEL_URL, for every run's egress proxy and CLI.
     agent_routes: tuple[tuple[str, str, int], ...] = ()
     agent_model_url: str | None = None
+    #: BATON_SIGNING_KEY, BATON_AUDIT_SECRET, BATON_PUBLIC_URL: every check run's receipt and the
+    #: audit chain (None only where nothing is ever published: `baton worker` refuses to start so).
+    signer: Signer | None = None
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -80,6 +84,9 @@ def fresh(redis_url: str) -> Context:
     if config.app_id and config.private_key:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)
         app = GitHubApp(credentials, connection)
+    signer = None
+    if config.signing_key is not None and config.audit_secret is not None:
+        signer = Signer(config.signing_key, config.audit_secret, config.public_url)
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
                    box.probe().network_cutoff, config.data_dir, config.agent_routes,
-                   config.agent_model_url)  # fmt: skip
+                   config.agent_model_url, signer)  # fmt: skip

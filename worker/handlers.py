@@ -35,7 +35,7 @@ import orjson
 from bot import records
 from bot.errors import BatonError
 from bot.tasks import Kind, Repository, Task
-from worker import config, lifecycle
+from worker import audit, config, lifecycle, replay
 from worker.authorize import Authorization, Permission, authorize, screen
 from worker.context import Context
 from worker.gates import evaluate as gates
@@ -51,7 +51,7 @@ from worker.status import Status
 
 log = logging.getLogger("baton.handlers")
 
-DECISION_PREFIX = "baton:decision:"
+DECISION_PREFIX = replay.DECISION_PREFIX
 LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
 #: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
@@ -254,7 +254,7 @@ def _digest(decision: Decision) -> str:
 
 
 def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: config.LoadedPolicy) -> None:
-    """Every decision, allowed or not, is kept for the evidence trail (signed in a later issue)."""
+    """Every decision, allowed or not, is kept with its policy, so ``baton replay`` can decide again."""
     record = {
         "task_id": task.id,
         "decision": orjson.loads(decision.to_json()),
@@ -264,6 +264,9 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
     ctx.redis.set(
         DECISION_PREFIX + task.id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
     )
+    replay.remember_policy(ctx.redis, loaded.merged.policy)
+    audit.note(ctx.redis, task.installation_id, task.id, "decided", allowed=decision.allowed,
+               decision_sha256=_digest(decision), policy_sha256=decision.policy_sha256)  # fmt: skip
 
 
 # -- commands, cancel -----------------------------------------------------------------------------
@@ -343,8 +346,9 @@ def merge_gate(ctx: Context, task: Task) -> Result:
     run_id, verdict, detail = gates.evaluate(ctx, task, open_run=open_run)
     if run_id is None or verdict is None:
         return Result(State.DONE, detail)
+    signed = gates.receipt(ctx, task, task.head_sha, verdict)  # logged before GitHub hears of it
     return Result(State.DONE, f"check run {run_id}: {verdict.conclusion} ({detail})",
-                  check_runs=(gates.end_for(run_id, verdict),))  # fmt: skip
+                  check_runs=(gates.end_for(run_id, verdict, signed),))  # fmt: skip
 
 
 def installation_sync(ctx: Context, task: Task) -> Result:

@@ -21,6 +21,7 @@ and, once its sender was authorised, saying so on the issue.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -34,8 +35,10 @@ from rq.timeouts import BaseTimeoutException
 from bot import records
 from bot.errors import BatonError
 from bot.tasks import Kind, Task
-from worker import context, lifecycle, outbox
+from evidence.audit import AuditError
+from worker import audit, context, lifecycle, outbox
 from worker.context import Context
+from worker.gates import evaluate as gates
 from worker.handlers import AUTHORISED, HANDLERS, Result, failed
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
@@ -64,7 +67,9 @@ def execute(
     ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None = None
 ) -> dict[str, str]:
     try:
-        lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value)
+        lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
+                       installation=str(task.installation_id or 0), received_at=task.received_at,
+                       delivery=task.delivery_id)  # fmt: skip
     except lifecycle.IllegalMove:
         if handler is None:
             raise
@@ -92,6 +97,7 @@ def execute(
             "state": "ended-elsewhere",
             "detail": result.detail,
         }
+    _seal(ctx)
     # A failure's detail (never published: it may hold exception text) is the operator's to read.
     level = logging.WARNING if result.state in (State.FAILED, State.TIMED_OUT) else logging.INFO
     log.log(level, "task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
@@ -99,6 +105,15 @@ def execute(
     if unexpected is not None:
         raise unexpected
     return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+
+
+def _seal(ctx: Context) -> None:
+    """Seal the audit events this task captured now, not at the next sweep (best effort: what is
+    not sealed stays captured, and every sweep tries again)."""
+    try:
+        audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
+    except (redis.RedisError, AuditError) as exc:
+        log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
 
 
 def _hand_off(ctx: Context, task: Task, result: Result) -> dict[str, str]:
@@ -123,7 +138,9 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
     if exc.code == "internal-error":
         log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
     speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
-    return failed(task, exc, speak=speak, check_run_ids=_check_runs(ctx.redis, task.id))
+    result = failed(task, exc, speak=speak, check_run_ids=_check_runs(ctx.redis, task.id))
+    runs = tuple(gates.signed_failure(ctx, task, end) for end in result.check_runs)
+    return dataclasses.replace(result, check_runs=runs)
 
 
 def _check_runs(client: redis.Redis, task_id: str) -> list[int]:

@@ -11,6 +11,10 @@ puts it on GitHub afterwards, retrying until it is there.
 The web side writes the first state (``queued``) in its enqueue script
 (``bot.records`` names the keys both sides use); every later write to a task's
 record goes through this module.
+
+Every move is also captured for the installation's audit chain, in the same
+transaction (``worker.audit``): a state change and its audit event exist together
+or not at all. The first move of a task records its acceptance too.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from redis.client import Pipeline
 from bot import records
 from bot.errors import BatonError
 from bot.logs import timestamp
+from worker import audit
 
 
 class State(StrEnum):
@@ -124,11 +129,14 @@ def move(
         while True:
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]
-                before = _state(pipe.hget(key, "state"))
+                raw_state, known = pipe.hmget(key, ["state", audit.INSTALLATION])
+                before = _state(raw_state)
                 check(before, after)
                 now = time.time()
                 event = orjson.dumps({"at": timestamp(now), "from": before, "to": after, "detail": detail})
                 pipe.multi()
+                audit.moved(pipe, task_id, known=known, before=before, after=after, detail=detail,
+                            fields=fields, at=timestamp(now))  # fmt: skip
                 record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
                 record["updated_at"] = timestamp(now)
                 record.update(fields)

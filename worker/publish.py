@@ -35,6 +35,7 @@ from githubkit import GitHub
 from bot import records
 from bot.errors import BatonError
 from bot.tasks import Task
+from worker import audit
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubApp
@@ -65,6 +66,8 @@ class CheckRunEnd:
     summary: str
     annotations: Sequence[dict[str, Any]] = ()  # ``Annotation`` fields; batched by 50 when sent
     actions: Sequence[dict[str, str]] = ()  # ``Action`` fields: buttons, e.g. "Approve run"
+    text: str | None = None  # the signed receipt (``worker.receipts``), whole
+    details_url: str | None = None  # where ``baton serve`` serves that receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +102,12 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         for run in pub.check_runs:
             api.complete_check_run(gh, pub.full_name, run.check_run_id, conclusion=run.conclusion,
-                                   output=Output(run.title, run.summary), details_url=None,
+                                   output=Output(run.title, run.summary, run.text),
+                                   details_url=run.details_url,
                                    annotations=[Annotation(**a) for a in run.annotations],
                                    actions=[Action(**a) for a in run.actions])  # fmt: skip
+            audit.note(cache, pub.installation_id, pub.task_id, "check-run-posted",
+                       check_run_id=run.check_run_id, conclusion=run.conclusion)  # fmt: skip
             done.append(f"check run {run.check_run_id} {run.conclusion}")
     if pub.comment is not None and pub.number is not None:
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")

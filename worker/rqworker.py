@@ -12,7 +12,8 @@ gaps:
 - every running task holds a lease (``lifecycle.LEASES``), renewed by the
   worker that runs it while it monitors the job; every worker, busy or idle,
   sweeps for leases that ran out and ends those tasks, so a dead worker's task
-  is terminal within ``LEASE_S`` plus one sweep;
+  is terminal within ``LEASE_S`` plus one sweep, and seals captured audit events
+  into their chains (``worker.audit``);
 - idle workers drain the publishing outbox (``worker.outbox``).
 
 The sweep during a job touches only Redis, so a slow GitHub can never delay a
@@ -39,7 +40,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from bot.errors import BatonError
-from worker import context, jobs, lifecycle, outbox
+from worker import audit, context, jobs, lifecycle, outbox
 from worker.context import Context
 from worker.publish import publisher
 from worker.runner import box
@@ -139,6 +140,7 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     published = 0
     if publish and ctx.github is not None:
         published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
+    audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
     return ended, published
 
 

@@ -73,8 +73,17 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def refuse_unsigned(config: settings.Settings, *, worker: bool) -> None:
+    """Outside setup mode (and always with a worker) serve would hand out or make evidence nobody
+    signed: it stops before it binds a port, saying which variable to set."""
+    missing = config.missing_evidence()
+    if missing is not None and (worker or not config.setup_mode):
+        raise ConfigError("missing-evidence", missing)
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings.load()
+    refuse_unsigned(config, worker=args.worker)
     logs.configure(config.log_level)
     embedded = None
     url = config.redis_url

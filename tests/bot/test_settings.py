@@ -1,14 +1,18 @@
-"""Settings from the environment: the metrics settings, and no password in a repr."""
+"""Settings from the environment: metrics, agent runs, evidence keys, and no secret in a repr."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot import settings
 from bot.errors import ConfigError
 from bot.redis_server import EmbeddedRedis
+from evidence.keys import SigningKey, keys_document
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -112,3 +116,104 @@ def test_bad_agent_run_settings_name_the_variable(env: dict[str, str], message: 
     with pytest.raises(ConfigError) as caught:
         settings.load(env)
     assert message in caught.value.message
+
+
+AUDIT = "a" * 32
+
+
+def test_evidence_settings_are_read(tmp_path: Path) -> None:
+    key, old = SigningKey.generate(), SigningKey.generate("ecdsa-p256")
+    (tmp_path / "key.pem").write_bytes(key.private_pem())
+    # Retired keys as a keys document that also lists the current key: published once, current first.
+    retired = tmp_path / "keys.json"
+    retired.write_text(json.dumps(keys_document([old.public, key.public])))
+    loaded = settings.load({"BATON_SIGNING_KEY_PATH": str(tmp_path / "key.pem"), "BATON_AUDIT_SECRET": AUDIT,
+                            "BATON_VERIFY_KEYS_PATH": str(retired),
+                            "BATON_PUBLIC_URL": "https://baton.example.com/"})  # fmt: skip
+    assert loaded.signing_key is not None
+    assert loaded.signing_key.keyid == key.keyid
+    assert loaded.retired_keys == (old.public, key.public)
+    assert loaded.public_keys == (key.public, old.public)
+    assert loaded.audit_secret == AUDIT.encode()
+    assert loaded.public_url == "https://baton.example.com"
+    assert loaded.missing_evidence() is None
+    for text in (repr(loaded), str(loaded)):
+        assert AUDIT not in text
+        assert "PRIVATE KEY" not in text
+        assert "public_url='https://baton.example.com'" in text
+
+
+def test_a_signing_key_in_the_environment_may_use_literal_newlines() -> None:
+    key = SigningKey.generate()
+    flat = key.private_pem().decode().replace("\n", "\\n")
+    loaded = settings.load({"BATON_SIGNING_KEY": flat})
+    assert loaded.signing_key is not None
+    assert loaded.signing_key.keyid == key.keyid
+    # A private key's public half is enough to publish a retired key.
+    assert loaded.public_keys == (key.public,)
+
+
+def test_missing_evidence_names_what_is_missing_and_the_fix() -> None:
+    nothing = settings.load({})
+    assert (nothing.signing_key, nothing.audit_secret, nothing.retired_keys, nothing.public_keys) == (
+        None, None, (), ())  # fmt: skip
+    message = nothing.missing_evidence()
+    assert message is not None
+    assert message.startswith("Baton never publishes unsigned evidence: ")
+    assert "baton keys generate --out DIR" in message
+    assert "BATON_SIGNING_KEY_PATH=DIR/baton-signing-key.pem" in message
+    assert "BATON_AUDIT_SECRET" in message
+    key_only = settings.load({"BATON_SIGNING_KEY": SigningKey.generate().private_pem().decode()})
+    assert "BATON_AUDIT_SECRET" in (key_only.missing_evidence() or "")
+    assert "BATON_SIGNING_KEY" not in (key_only.missing_evidence() or "")
+    secret_only = settings.load({"BATON_AUDIT_SECRET": AUDIT}).missing_evidence() or ""
+    assert "BATON_SIGNING_KEY_PATH" in secret_only
+    assert "BATON_AUDIT_SECRET" not in secret_only
+
+
+def _bad_evidence_settings(tmp_path: Path) -> list[tuple[dict[str, str], str]]:
+    pem = SigningKey.generate().private_pem().decode()
+    files = {
+        "garbage.pem": "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
+        "public.pem": SigningKey.generate().public.pem(),
+        "rsa.pem": rsa.generate_private_key(public_exponent=65537, key_size=1024)
+        .private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        .decode(),
+        "empty.json": '{"keys": []}',
+        "text.txt": "not a key at all",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return [
+        ({"BATON_SIGNING_KEY": "not a pem"}, "BATON_SIGNING_KEY is not a PEM private key"),
+        ({"BATON_SIGNING_KEY": files["garbage.pem"]}, "BATON_SIGNING_KEY: not a PEM private key"),
+        ({"BATON_SIGNING_KEY_PATH": str(tmp_path / "garbage.pem")}, "BATON_SIGNING_KEY_PATH="),
+        ({"BATON_SIGNING_KEY_PATH": str(tmp_path / "public.pem")}, "not a PEM private key"),
+        ({"BATON_SIGNING_KEY_PATH": str(tmp_path / "rsa.pem")}, "RSAPrivateKey is not supported"),
+        ({"BATON_SIGNING_KEY_PATH": str(tmp_path / "missing.pem")}, "cannot read it (No such file"),
+        ({"BATON_SIGNING_KEY": pem, "BATON_SIGNING_KEY_PATH": "/k.pem"}, "BATON_SIGNING_KEY_PATH, not both"),
+        ({"BATON_VERIFY_KEYS_PATH": str(tmp_path / "empty.json")}, "BATON_VERIFY_KEYS_PATH="),
+        ({"BATON_VERIFY_KEYS_PATH": str(tmp_path / "text.txt")}, "no PEM public key and no keys document"),
+        ({"BATON_VERIFY_KEYS_PATH": str(tmp_path / "missing.json")}, "BATON_VERIFY_KEYS_PATH="),
+        ({"BATON_AUDIT_SECRET": "short-secret"}, "BATON_AUDIT_SECRET is 12 characters, it must be at least"),
+        ({"BATON_PUBLIC_URL": "baton.example.com"}, "BATON_PUBLIC_URL must be the http(s) URL"),
+        ({"BATON_PUBLIC_URL": "ftp://baton.example.com"}, "BATON_PUBLIC_URL must be"),
+        ({"BATON_PUBLIC_URL": "https://baton.example.com/?x=1"}, "BATON_PUBLIC_URL must be"),
+        ({"BATON_PUBLIC_URL": "https://baton.example.com:99999"}, "BATON_PUBLIC_URL must be"),
+        ({"BATON_PUBLIC_URL": "https://user:hunter2-secret@baton.example.com"}, "without credentials"),
+    ]  # fmt: skip
+
+
+def test_bad_evidence_settings_name_the_variable_and_the_fix(tmp_path: Path) -> None:
+    for env, message in _bad_evidence_settings(tmp_path):
+        with pytest.raises(ConfigError) as caught:
+            settings.load(env)
+        assert caught.value.code == "bad-setting"
+        assert message in caught.value.message, (env, caught.value.message)
+        assert "\n" not in caught.value.message
+        assert "hunter2-secret" not in caught.value.message
+        assert "short-secret" not in caught.value.message
+        if ("BATON_SIGNING_KEY" in env) != ("BATON_SIGNING_KEY_PATH" in env):
+            assert "baton keys generate --out DIR" in caught.value.message

@@ -3,6 +3,7 @@ receiving its signed webhooks into the test Redis, and a worker context to run t
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,14 @@ from bot.settings import Settings
 from bot.tasks import Task
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
+from evidence.keys import SigningKey
 from tests.conftest import listening_socket, serve_app
 from worker import lifecycle
 from worker.context import Context
 from worker.github.client import AppCredentials, GitHubApp
 from worker.github.retry import RetryPolicy
 from worker.jobs import execute
+from worker.receipts import Signer
 from worker.runner import box
 from worker.runs import admit
 from worker.runs.execute import run as execute_run
@@ -85,14 +88,16 @@ def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any
     port = sock.getsockname()[1]
     with EmulatorServer(tmp_path / "github") as server, AdminClient(server.url) as admin:
         w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}", **world_kw)
-        settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id))
+        signer = Signer(SigningKey.generate(), secrets.token_hex(32).encode(), f"http://127.0.0.1:{port}")
+        settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id),
+                            signing_key=signer.key, audit_secret=signer.audit_secret,
+                            public_url=signer.public_url)  # fmt: skip
         with serve_app(create_app(settings, redis_url), sock):
             app = GitHubApp(
                 AppCredentials(str(w.app_id), w.private_key, server.url), rdb, timeout=5, retry=FAST
             )
-            ctx = Context(
-                rdb, app, w.app_id, network_cutoff=box.probe().network_cutoff, data_dir=tmp_path / "data"
-            )
+            ctx = Context(rdb, app, w.app_id, network_cutoff=box.probe().network_cutoff,
+                          data_dir=tmp_path / "data", signer=signer)  # fmt: skip
             yield Stage(server, admin, w, ctx, rdb)
 
 

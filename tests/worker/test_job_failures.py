@@ -17,14 +17,19 @@ from rq.serializers import JSONSerializer
 
 from bot import queues
 from emulator import world
+from tests.conftest import EvidenceKeys
 from tests.worker.conftest import Stage
 from worker import context, lifecycle
 from worker.jobs import on_failure
 
 
 @pytest.fixture
-def worker_env(stage: Stage, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def worker_env(
+    stage: Stage, redis_url: str, monkeypatch: pytest.MonkeyPatch, evidence_keys: EvidenceKeys
+) -> Iterator[None]:
     """This process configured as a `baton worker` for the stage's App."""
+    for name, value in evidence_keys.env().items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("APP_ID", str(stage.world.app_id))
     monkeypatch.setenv("PRIVATE_KEY", stage.world.private_key)
     monkeypatch.setenv("GITHUB_API_URL", stage.server.url)
@@ -69,7 +74,9 @@ def test_a_task_that_already_ended_is_left_as_it_is(stage: Stage, worker_env: No
     assert "Queued" in stage.baton_comments(number)[0]["body"]
 
 
-def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(stage: Stage, redis_url: str) -> None:
+def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(
+    stage: Stage, redis_url: str, evidence_keys: EvidenceKeys
+) -> None:
     """A real RQ worker stops a job that runs past its timeout: `timed-out`, not internal-error."""
     stage.admin.add_fault(f"/repos/{world.REPO}/collaborators/*/permission", kind="latency",
                           latency_ms=15_000, count=1)  # fmt: skip
@@ -80,7 +87,7 @@ def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(stage: Stage, redis_
     stage.rdb.hset(Job.redis_job_namespace_prefix + task_id, "timeout", 2)  # the queue allows minutes
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING",
            "APP_ID": str(stage.world.app_id), "PRIVATE_KEY": stage.world.private_key,
-           "GITHUB_API_URL": stage.server.url}  # fmt: skip
+           "GITHUB_API_URL": stage.server.url, **evidence_keys.env()}  # fmt: skip
     argv = [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name, "--burst"]
     done = subprocess.run(argv,
                           env=env, capture_output=True, timeout=60, check=False)  # fmt: skip

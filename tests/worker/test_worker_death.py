@@ -21,6 +21,7 @@ import redis
 
 from bot import queues
 from emulator import world
+from tests.conftest import EvidenceKeys
 from tests.worker.conftest import Stage
 from worker import lifecycle
 
@@ -28,8 +29,9 @@ from worker import lifecycle
 TARGET_S = 60.0
 
 
-def _worker(stage: Stage, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
+def _worker(stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys) -> subprocess.Popen[bytes]:
     env = {
+        **keys.env(),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "REDIS_URL": redis_url,
         "APP_ID": str(stage.world.app_id),
@@ -79,7 +81,7 @@ def _alive(pid: int) -> bool:
 
 
 def _start_stuck_run(
-    stage: Stage, redis_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+    stage: Stage, redis_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]], keys: EvidenceKeys
 ) -> tuple[int, str]:
     """A labelled issue whose run is in flight: GitHub takes 50 s to answer the permission call."""
     stage.admin.add_fault(f"/repos/{world.REPO}/collaborators/*/permission", kind="latency",
@@ -88,7 +90,7 @@ def _start_stuck_run(
     task_id = stage.admin.label(world.REPO, number, ["agent:claude-code"], sender="maria")["deliveries"][-1][
         "guid"
     ]
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log"))
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log", keys))
     _wait(lambda: lifecycle.current(stage.rdb, task_id) == lifecycle.State.RUNNING, 30, "the run to start")
     return number, task_id
 
@@ -101,9 +103,13 @@ def _says_failed(stage: Stage, number: int) -> bool:
 
 
 def test_a_killed_job_process_ends_its_task_at_once(
-    stage: Stage, redis_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+    stage: Stage,
+    redis_url: str,
+    tmp_path: Path,
+    workers: list[subprocess.Popen[bytes]],
+    evidence_keys: EvidenceKeys,
 ) -> None:
-    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers)
+    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys)
     [horse] = _children(workers[0].pid)
     os.kill(horse, signal.SIGKILL)
     took = _wait(lambda: _says_failed(stage, number), TARGET_S, "the issue to say the run failed")
@@ -114,15 +120,19 @@ def test_a_killed_job_process_ends_its_task_at_once(
 
 
 def test_a_killed_worker_is_noticed_by_another_within_a_minute(
-    stage: Stage, redis_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+    stage: Stage,
+    redis_url: str,
+    tmp_path: Path,
+    workers: list[subprocess.Popen[bytes]],
+    evidence_keys: EvidenceKeys,
 ) -> None:
-    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers)
+    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys)
     [horse] = _children(workers[0].pid)
     workers[0].kill()  # SIGKILL: no cleanup at all
     workers[0].wait(timeout=10)
     killed = time.monotonic()
     _wait(lambda: not _alive(horse), 10, "the job process to die with its worker")
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log"))
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log", evidence_keys))
     _wait(lambda: _says_failed(stage, number), TARGET_S, "the issue to say the run failed")
     assert time.monotonic() - killed < TARGET_S
     assert lifecycle.current(stage.rdb, task_id) == lifecycle.State.FAILED

@@ -16,7 +16,7 @@ from bot import queues
 from bot.app import WEBHOOK_PATH, create_app
 from bot.settings import Settings
 from bot.tasks import Kind, Repository, Sender, Task, Untrusted
-from tests.conftest import SECRET, closed_issue, delivery_headers, example, labeled
+from tests.conftest import SECRET, EvidenceKeys, closed_issue, delivery_headers, example, labeled
 from worker import lifecycle
 
 
@@ -43,7 +43,7 @@ def test_task_round_trips_through_its_dict() -> None:
 
 
 def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(
-    redis_url: str, rdb: redis.Redis, tmp_path: Path
+    redis_url: str, rdb: redis.Redis, tmp_path: Path, evidence_keys: EvidenceKeys
 ) -> None:
     """No App credentials: tasks that need GitHub end `failed` saying so; the rest finish."""
     deliveries: dict[str, str] = {}
@@ -66,7 +66,7 @@ def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(
             deliveries[name] = delivery
 
     names = ",".join(q.name for q in queues.ALL)
-    env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin"}
+    env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", **evidence_keys.env()}
     done = subprocess.run(
         [sys.executable, "-m", "bot.cli", "worker", "--queues", names, "--burst"],
         env=env, capture_output=True, timeout=120, check=False,

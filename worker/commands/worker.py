@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bot import logs, redis_server, settings
+from bot.errors import ConfigError
 from worker import pool
 
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = settings.load()
+    missing = config.missing_evidence()
+    if missing is not None:  # a worker signs every check run it completes: no key, no start
+        raise ConfigError("missing-evidence", missing)
     logs.configure(config.log_level)
     url = config.redis_url or redis_server.discover()
     if args.queues:

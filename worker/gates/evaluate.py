@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,8 @@ from githubkit import GitHub
 
 from bot.errors import BatonError
 from bot.tasks import Task
-from worker import config, lifecycle
+from evidence import statement
+from worker import audit, config, lifecycle, receipts
 from worker.authorize import ROLE_RANK, effective_role
 from worker.context import Context
 from worker.gates import builtin, commands, secrets
@@ -78,6 +79,7 @@ class Pull:
     fork: bool
     author: str
     author_type: str
+    html_url: str = ""
 
     @classmethod
     def from_api(cls, data: dict[str, Any], full_name: str) -> Pull:
@@ -92,6 +94,7 @@ class Pull:
             head_repo != full_name,
             str(data["user"]["login"]),
             str(data["user"].get("type", "User")),
+            str(data.get("html_url") or ""),
         )
 
 
@@ -102,6 +105,8 @@ class Verdict:
     summary: str
     annotations: tuple[Annotation, ...] = ()
     actions: tuple[Action, ...] = ()
+    #: The stored result this verdict says (policy digest, gates, diff): what its receipt claims.
+    evidence: Mapping[str, Any] | None = None
 
 
 def pull(gh: GitHub[Any], full_name: str, number: int) -> Pull:
@@ -203,6 +208,7 @@ def evaluate(ctx: Context, task: Task, *, open_run: Any) -> tuple[int | None, Ve
                     ctx,
                     task,
                     run_id,
+                    pr.head_sha,
                     Verdict(
                         "neutral",
                         "Evaluated again",
@@ -212,6 +218,9 @@ def evaluate(ctx: Context, task: Task, *, open_run: Any) -> tuple[int | None, Ve
                 )
                 continue
             stored = _store(ctx.redis, key, result)
+            audit.note(ctx.redis, installation, task.id, "gate-result", head=pr.head_sha,
+                       conclusion=result["conclusion"], failed=result["failed"],
+                       policy_sha256=policy.digest)  # fmt: skip
             return run_id, _agree(result, stored, fresh, pr), result["conclusion"]
         finally:
             _unlock(ctx.redis, key, task.id)
@@ -256,6 +265,7 @@ def _judge(
             head,
         ).decode("utf-8", "replace")
         commits_on_pr = inspect_git.commit_log(git, base, head)
+        diff_sha256 = inspect_git.diff_digest(git, base, head)
     found_v = violations(
         changes,
         protected=policy.protected_paths,
@@ -291,6 +301,7 @@ def _judge(
         waiting=waiting,
         seconds=time.monotonic() - started,
         approved_by=approved.decode() if isinstance(approved, bytes) else None,
+        change=(base, diff_sha256),
     )
 
 
@@ -325,6 +336,7 @@ def _result(
     waiting: bool,
     seconds: float,
     approved_by: str | None,
+    change: tuple[str, str],
 ) -> dict[str, Any]:
     failed = [c.name for c in checks if not c.passed] + [g.name for g in gates if not g.passed]
     conclusion = "failure" if failed else "action_required" if waiting else "success"
@@ -390,6 +402,14 @@ def _result(
             orjson.dumps([[g.name, g.run, g.timeout] for g in policy.gates])
         ).hexdigest(),
         "seconds": round(seconds, 3),
+        # What the receipt names: the change (merge base, diff digest) and each gate by outcome.
+        "url": pr.html_url,
+        "merge_base": change[0],
+        "diff_sha256": change[1],
+        "gate_commands": [[g.name, g.run] for g in policy.gates],
+        "passed": [c.name for c in checks if c.passed] + [g.name for g in gates if g.passed],
+        "failed": failed,
+        "waiting": [g.name for g in policy.gates] if waiting else [],
     }
 
 
@@ -402,7 +422,7 @@ def _verdict_from(result: dict[str, Any], *, reused: bool = False) -> Verdict:
         )
     notes = tuple(Annotation(**a) for a in result.get("annotations", []))
     actions = (APPROVE,) if result["conclusion"] == "action_required" else ()
-    return Verdict(str(result["conclusion"]), str(result["title"]), summary, notes, actions)
+    return Verdict(str(result["conclusion"]), str(result["title"]), summary, notes, actions, result)
 
 
 def _agree(result: dict[str, Any], stored: dict[str, Any] | None, fresh: Pull, pr: Pull) -> Verdict:
@@ -431,7 +451,45 @@ def _reverified(gh: GitHub[Any], full_name: str, pr: Pull, verdict: Verdict) -> 
     return verdict
 
 
-def end_for(run_id: int, verdict: Verdict) -> CheckRunEnd:
+def receipt(ctx: Context, task: Task, head: str, verdict: Verdict) -> receipts.Receipt:
+    """The verdict, signed and logged: in-toto's test-result about ``head`` (and its diff)."""
+    repo, installation = task.repository, task.installation_id
+    if repo is None or installation is None:
+        raise BatonError("no-repository", "the delivery names no repository or installation")
+    found = verdict.evidence or {}
+    subjects = [receipts.commit_subject(repo.full_name, head)]
+    if found.get("diff_sha256") and found.get("merge_base"):
+        base, digest = str(found["merge_base"]), str(found["diff_sha256"])
+        subjects.append(receipts.diff_subject(repo.full_name, base, head, digest))
+    predicate = receipts.gate_result(
+        conclusion=verdict.conclusion,
+        title=verdict.title,
+        policy_digest=found.get("policy_digest"),
+        gates=[(str(n), str(r)) for n, r in found.get("gate_commands", ())],
+        passed=found.get("passed", ()),
+        failed=found.get("failed", ()),
+        warned=found.get("waiting", ()),
+        url=found.get("url") or None,
+    )
+    return receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
+                           predicate_type=statement.TEST_RESULT, predicate=predicate)  # fmt: skip
+
+
+def signed_failure(ctx: Context, task: Task, end: CheckRunEnd) -> CheckRunEnd:
+    """A check run a dead task leaves behind, completed with a signed ``FAILED``. If even that
+    cannot be signed it is completed unsigned, saying so: a failure claims nothing anyone could
+    merge on, and a run left in progress forever would claim even less."""
+    try:
+        if task.head_sha is None:
+            raise BatonError("no-head-sha", "the delivery names no head commit")
+        signed = receipt(ctx, task, task.head_sha, Verdict(end.conclusion, end.title, end.summary))
+    except (BatonError, redis.RedisError) as exc:
+        note = f"No receipt: it could not be signed ({getattr(exc, 'code', type(exc).__name__)})."
+        return dataclasses.replace(end, text=note)
+    return dataclasses.replace(end, text=signed.text(), details_url=signed.details_url)
+
+
+def end_for(run_id: int, verdict: Verdict, signed: receipts.Receipt) -> CheckRunEnd:
     return CheckRunEnd(
         run_id,
         verdict.conclusion,
@@ -439,20 +497,23 @@ def end_for(run_id: int, verdict: Verdict) -> CheckRunEnd:
         verdict.summary,
         annotations=tuple(dataclasses.asdict(a) for a in verdict.annotations),
         actions=tuple(dataclasses.asdict(a) for a in verdict.actions),
+        text=signed.text(),
+        details_url=signed.details_url,
     )
 
 
-def _complete_now(ctx: Context, task: Task, run_id: int, verdict: Verdict) -> None:
+def _complete_now(ctx: Context, task: Task, run_id: int, head: str, verdict: Verdict) -> None:
     assert task.repository is not None
     assert task.installation_id is not None
+    signed = receipt(ctx, task, head, verdict)
     gh = ctx.need_github().for_repository(task.installation_id, task.repository.full_name, "gate")
     api.complete_check_run(
         gh,
         task.repository.full_name,
         run_id,
         conclusion=verdict.conclusion,
-        output=Output(verdict.title, verdict.summary),
-        details_url=None,
+        output=Output(verdict.title, verdict.summary, signed.text()),
+        details_url=signed.details_url,
     )
 
 

@@ -13,6 +13,7 @@ change how a diff is counted.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -338,3 +339,14 @@ def commit_log(git: Git, base: str, tip: str) -> list[tuple[str, str, str]]:
         if sha:
             found.append((sha, author, message))
     return found
+
+
+def diff_digest(git: Git, base: str, head: str) -> str:
+    """The sha256 a receipt names a change by: git's full binary patch from ``base`` to ``head``,
+    with no config, textconv or external diff involved, so anyone can recompute it with
+    ``git diff --binary --full-index --no-color --no-ext-diff --no-textconv --no-renames BASE HEAD``."""
+    patch = git.run(
+        "diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+        "--src-prefix=a/", "--dst-prefix=b/", base, head,
+    )  # fmt: skip
+    return hashlib.sha256(patch).hexdigest()

@@ -22,11 +22,13 @@ A retry of a task whose worker died after its push finds its own commit on the b
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +39,15 @@ from githubkit import GitHub
 
 from bot.errors import BatonError
 from bot.tasks import Task
-from worker import config, lifecycle
+from evidence import statement
+from worker import audit, config, lifecycle, receipts, replay
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubError
 from worker.github.limits import Output
 from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
 from worker.lifecycle import State
-from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, decide, explain
+from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, canonical_json, decide, explain
 from worker.publish import status_now
 from worker.runner import inspect_git
 from worker.runner import run as runner
@@ -226,7 +229,14 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
             }
             return _ended(task, plan, record)
         record = run_record.to_data()
+        audit.note(ctx.redis, installation, task.id, "exited", outcome=run_record.outcome,
+                   exit_code=run_record.exit_code, violations=len(run_record.violations),
+                   commit=run_record.commit, decision_sha256=run_record.decision_sha256)  # fmt: skip
         record["explanation"] = _explain(ctx, policy, plan, head.private)
+        # What the receipts name: the base, the issue text as the agent got it, the policy in force.
+        record["base"] = head.sha
+        record["issue_sha256"] = issue_digest(plan.issue)
+        replay.remember_policy(ctx.redis, policy)
         if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
             record["outcome"], record["reason"] = "cancelled", supervisor.reason
         _save(ctx, task.id, record)
@@ -240,6 +250,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                     _save(ctx, task.id, record)
                     return _ended(task, plan, record)
                 mirror.push(write, str(record["commit"]), branch, expect=tip)
+            audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=record["commit"])
         except MirrorError as exc:
             if exc.code != "push-rejected":
                 raise
@@ -274,6 +285,8 @@ def _request(
         running = report.running(task.id, plan.agent, adapter=str(record.adapter), box=_box_promise(ctx),
                                  version=record.adapter_version, attempt=plan.attempt)  # fmt: skip
         status_now(ctx, task, dataclasses.replace(running, notices=plan.notices))
+        audit.note(ctx.redis, task.installation_id, task.id, "spawned", agent=plan.agent,
+                   adapter=str(record.adapter), adapter_version=str(record.adapter_version))  # fmt: skip
 
     return runner.RunRequest(
         on_start=started,
@@ -326,11 +339,13 @@ def _publish(
     title = report.pr_title(str(plan.issue.get("title") or ""), plan.number)
     pr, updated = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
     commit = str(record["commit"])
+    receipts_for = _receipts(ctx, task, plan, record)
     for name, (check_title, summary) in (
         (report.TRIFECTA_CHECK, report.trifecta_check(explanation)),
         (report.AGENT_CHECK, report.agent_check(record)),
     ):
-        _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title, summary=summary)
+        _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title, summary=summary,
+               sign=functools.partial(receipts_for, name), client=ctx.redis)  # fmt: skip
     fields = {**_usage_fields(record), "pull_request": str(pr["number"]), "head_sha": commit}
     return Result(
         State.PR_OPENED,
@@ -373,10 +388,61 @@ def open_or_update(
     raise BatonError("pull-request-failed", "GitHub neither listed nor opened the pull request")
 
 
+def _receipts(
+    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]
+) -> Callable[[str], receipts.Receipt]:
+    """Signing for the run's two check runs: the trifecta decision and the agent run, about the
+    commit and the diff from the base the agent started on."""
+    repo, installation = _where(task)
+    commit, base = str(record["commit"]), str(record.get("base") or "")
+    with inspect_git.session(Mirror(ctx.data_dir, repo.id).path) as git:
+        digest = inspect_git.diff_digest(git, base, commit)
+    subjects = [receipts.commit_subject(repo.full_name, commit),
+                receipts.diff_subject(repo.full_name, base, commit, digest)]  # fmt: skip
+    decision = record.get("decision") or {}
+
+    def sign(name: str) -> receipts.Receipt:
+        if name == report.TRIFECTA_CHECK:
+            kind = statement.TRIFECTA_DECISION
+            predicate = receipts.trifecta(
+                task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
+                private=bool((decision.get("facts") or {}).get("repo_private", True)),
+                issue_digest=str(record.get("issue_sha256") or ""), decision=decision,
+                decision_json=canonical_json(decision),
+            )  # fmt: skip
+        else:
+            kind = statement.AGENT_RUN
+            predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number,
+                                           base=base, diff_digest=digest, record=record)  # fmt: skip
+        signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
+                                 predicate_type=kind, predicate=predicate)  # fmt: skip
+        replay.remember_receipt(ctx.redis, task.id, name, installation, signed.index)
+        audit.note(ctx.redis, installation, task.id, "signed", check=name, log_index=signed.index)
+        return signed
+
+    return sign
+
+
+def issue_digest(issue: Mapping[str, Any]) -> str:
+    """The issue text the agent was given (title, blank line, body), by sha256: an untrusted input."""
+    text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _check(
-    gh: GitHub[Any], full_name: str, sha: str, *, task_id: str, name: str, title: str, summary: str
+    gh: GitHub[Any],
+    full_name: str,
+    sha: str,
+    *,
+    task_id: str,
+    name: str,
+    title: str,
+    summary: str,
+    sign: Callable[[], receipts.Receipt],
+    client: redis.Redis,
 ) -> None:
-    """A completed check run on ``sha``, once per task (a retry finds the one it made)."""
+    """A completed check run on ``sha``, once per task (a retry finds the one it made), carrying its
+    receipt, which is in the log before the check run exists."""
     existing = api.request(
         gh,
         "GET",
@@ -385,16 +451,19 @@ def _check(
     )
     if any(r.get("external_id") == task_id for r in existing.get("check_runs", [])):
         return
+    signed = sign()
     api.create_check_run(
         gh,
         full_name,
         name=name,
         head_sha=sha,
         external_id=task_id,
-        details_url=None,
-        output=Output(title, summary),
+        details_url=signed.details_url,
+        output=Output(title, summary, signed.text()),
         conclusion="success",
     )
+    installation = int(str(signed.log_entry["installation"]))
+    audit.note(client, installation, task_id, "check-run-posted", check=name, log_index=signed.index)
 
 
 def _explanation(record: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from bot import queues
 from emulator import world
+from tests.conftest import EvidenceKeys
 from tests.worker.conftest import Stage
 from tests.worker.runs.test_runs_on_github import HELLO, _branch, _lock, _pulls, _status
 from worker import lifecycle
@@ -27,14 +28,15 @@ BOTH = f"{queues.CONTROL.name},{queues.AGENTS.name}"
 
 
 class Workers:
-    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path) -> None:
-        self.stage, self.redis_url, self.tmp_path = stage, redis_url, tmp_path
+    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path, keys: EvidenceKeys) -> None:
+        self.stage, self.redis_url, self.tmp_path, self.keys = stage, redis_url, tmp_path, keys
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str) -> subprocess.Popen[bytes]:
         """One `baton worker` on the control and agents queues, with a data directory of its own
         (as on another machine)."""
         env = {
+            **self.keys.env(),
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "REDIS_URL": self.redis_url,
             "APP_ID": str(self.stage.world.app_id),
@@ -57,8 +59,8 @@ class Workers:
 
 
 @pytest.fixture
-def workers(stage: Stage, redis_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(stage, redis_url, tmp_path)
+def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Workers]:
+    pool = Workers(stage, redis_url, tmp_path, evidence_keys)
     yield pool
     for proc in pool.started:
         if proc.poll() is None:

@@ -1,0 +1,306 @@
+"""A tamper-evident audit chain per installation: HMAC-SHA256 over each event and its predecessor.
+
+Capture and sealing are separate on purpose. ``record`` only RPUSHes the event to a pending list, so it
+fits inside the caller's own MULTI (or ingest Lua script) and is committed atomically with the state
+change it describes; it needs no key and no reads. ``AuditChain.seal`` later moves pending events onto
+the chain, each entry MACed over the previous entry's MAC, so editing, deleting or reordering a sealed
+entry breaks every MAC after it unless the editor holds the key.
+
+What the chain cannot show on its own: that its tail was cut off. Anchor the head (``head()``) in
+something the editor cannot rewrite -- e.g. log it in the transparency log -- to cover that.
+
+Redis keys (no TTLs):
+    baton:audit:{installation}:pending   list of JSON events not yet sealed, oldest first
+    baton:audit:{installation}:chain     list of sealed entries, canonical JSON
+                                         {"event": {...}, "mac": hex, "prev": hex, "seq": n}
+    baton:audit:installations            set of installation ids that have recorded anything
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+import redis
+import redis.client
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from evidence.encoding import canonical_json
+
+MAC_SIZE = 32
+GENESIS = bytes(MAC_SIZE)  # "prev" of entry 0
+PAGE = 1000
+MAX_TRIES = 100
+INSTALLATIONS = "baton:audit:installations"
+KEY_INFO = b"baton/audit-chain/v1/installation/"
+
+RECORD_SCRIPT = """
+-- Record one audit event from inside another Lua script (e.g. ingest's "delivery accepted"), so it
+-- commits atomically with what it describes. Same effect as evidence.audit.record().
+--   KEYS[n]   = "baton:audit:" .. installation .. ":pending"   (pending_key(installation))
+--   KEYS[n+1] = "baton:audit:installations"                    (INSTALLATIONS)
+--   ARGV[m]   = the event as a JSON object with a non-empty string "event" field, e.g.
+--               {"event":"delivery-accepted","delivery":"<X-GitHub-Delivery>","at":"<rfc3339>"}
+--               (build it in Python with canonical_json; cjson.encode also works, since sealing
+--               re-canonicalises the event, but it turns an empty table into {} and floats lossy)
+--   ARGV[m+1] = the installation id, decimal
+redis.call("RPUSH", KEYS[1], ARGV[1])
+redis.call("SADD", KEYS[2], ARGV[2])
+"""
+
+
+class AuditError(RuntimeError):
+    """Sealing could not proceed: the chain's last entry is unreadable, or sealers kept colliding."""
+
+
+@dataclass(frozen=True)
+class Broken:
+    """The first entry whose link does not hold. ``seq`` is the seq the entry claims (its position
+    when it has none); ``position`` is its index in the chain list."""
+
+    seq: int
+    position: int
+    reason: str
+
+
+def derive_key(master: bytes, installation: int) -> bytes:
+    """The installation's chain key: HKDF-SHA256 with a label of its own, so it is independent of
+    every other key derived from the same master secret, and of other installations' chain keys."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KEY_INFO + str(installation).encode())
+    return hkdf.derive(master)
+
+
+def pending_key(installation: int) -> str:
+    return f"baton:audit:{installation}:pending"
+
+
+def chain_key(installation: int) -> str:
+    return f"baton:audit:{installation}:chain"
+
+
+def _check_event(event: Mapping[str, object]) -> None:
+    name = event.get("event") if isinstance(event, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            'an audit event is a JSON object with a non-empty string "event" field, '
+            'e.g. {"event": "task-claimed", ...}'
+        )
+
+
+def record(pipe: redis.Redis | redis.client.Pipeline, installation: int, event: Mapping[str, object]) -> None:
+    """Capture ``event`` for sealing: two writes, no reads, so it can join the caller's MULTI."""
+    _check_event(event)
+    pipe.rpush(pending_key(installation), canonical_json(event))
+    pipe.sadd(INSTALLATIONS, installation)
+
+
+def script_keys(installation: int) -> list[str]:
+    """KEYS for RECORD_SCRIPT, in order."""
+    return [pending_key(installation), INSTALLATIONS]
+
+
+def script_args(installation: int, event: Mapping[str, object]) -> list[bytes]:
+    """ARGV for RECORD_SCRIPT, in order."""
+    _check_event(event)
+    return [canonical_json(event), str(installation).encode()]
+
+
+def installations(client: redis.Redis) -> list[int]:
+    """Installations that have recorded audit events, ascending."""
+    return sorted(int(member) for member in client.smembers(INSTALLATIONS))
+
+
+def mac(key: bytes, prev: bytes, seq: int, event: object) -> bytes:
+    """HMAC-SHA256(key, prev_mac || canonical_json({"seq": seq, "event": event}))."""
+    return _mac(key, prev, seq, canonical_json(event))
+
+
+def _mac(key: bytes, prev: bytes, seq: int, event: bytes) -> bytes:
+    # canonical_json({"seq": seq, "event": e}) spelled out ("event" sorts before "seq"), so a seal
+    # serialises each event once.
+    return hmac.new(key, b'%s{"event":%s,"seq":%d}' % (prev, event, seq), hashlib.sha256).digest()
+
+
+def _sealed(seq: int, prev: bytes, event: bytes, tag: bytes) -> bytes:
+    """canonical_json({"seq", "prev", "event", "mac"}) of an entry, from the event's canonical bytes."""
+    return b'{"event":%s,"mac":"%s","prev":"%s","seq":%d}' % (
+        event,
+        tag.hex().encode(),
+        prev.hex().encode(),
+        seq,
+    )
+
+
+def _pending_event(raw: bytes) -> bytes:
+    """A pending event's canonical bytes. A malformed one (say, from a buggy Lua caller) is kept,
+    wrapped, not dropped: the chain records that something was captured."""
+    try:
+        return canonical_json(json.loads(raw))
+    except ValueError:
+        return canonical_json(
+            {"event": "malformed-pending-event", "raw": raw.decode("utf-8", errors="replace")}
+        )
+
+
+class AuditChain:
+    """One installation's chain. ``key`` is derive_key(master, installation)."""
+
+    def __init__(self, client: redis.Redis, installation: int, key: bytes) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise ValueError("evidence.audit.AuditChain needs a Redis client with decode_responses=False")
+        if len(key) < MAC_SIZE:
+            raise ValueError(
+                "the audit chain key must be at least 32 bytes: use derive_key(master, installation)"
+            )
+        self.client = client
+        self.installation = installation
+        self.key = key
+        self.pending_key = pending_key(installation)
+        self.chain_key = chain_key(installation)
+
+    def pending(self) -> int:
+        return int(self.client.llen(self.pending_key))
+
+    def length(self) -> int:
+        return int(self.client.llen(self.chain_key))
+
+    def head(self) -> tuple[int, bytes] | None:
+        """(seq, mac) of the last sealed entry, to anchor elsewhere; None for an empty chain."""
+        last = self.client.lindex(self.chain_key, -1)
+        return None if last is None else self._tip(last)
+
+    def _tip(self, last: bytes | str) -> tuple[int, bytes]:
+        try:
+            entry = json.loads(last)
+            seq, tag = entry["seq"], bytes.fromhex(entry["mac"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AuditError(
+                f"audit chain of installation {self.installation}: the last sealed entry is unreadable "
+                f"({exc}); run verify to find the damage. Events keep being captured as pending."
+            ) from exc
+        if not isinstance(seq, int) or len(tag) != MAC_SIZE:
+            raise AuditError(
+                f"audit chain of installation {self.installation}: the last entry has a bad seq or mac"
+            )
+        return seq, tag
+
+    def append(self, events: Sequence[Mapping[str, object]]) -> int:
+        """Record ``events`` (one transaction) and seal what is pending; returns how many were sealed
+        (this caller's and any that others recorded before)."""
+        for event in events:
+            _check_event(event)
+        if events:
+            with self.client.pipeline(transaction=True) as pipe:  # what record() does, in one RPUSH
+                pipe.rpush(self.pending_key, *(canonical_json(event) for event in events))
+                pipe.sadd(INSTALLATIONS, self.installation)
+                waiting = int(pipe.execute()[0])  # pending's length after our RPUSH
+        else:
+            waiting = self.pending()
+        sealed = 0
+        for _ in range(waiting // PAGE + 1):  # drains what was pending when we recorded, bounded
+            done = self.seal(PAGE)
+            sealed += done
+            if done < PAGE:
+                break
+        return sealed
+
+    def seal(self, limit: int = PAGE) -> int:
+        """Move up to ``limit`` pending events onto the chain; returns how many.
+
+        Only the chain key is WATCHed: pending only grows at its tail except by a sealer, and every
+        sealer that trims it also pushes to the chain, so a concurrent seal aborts this one while a
+        concurrent record() does not (recorders must not starve the sealer)."""
+        if limit < 1:
+            raise ValueError(f"seal limit must be >= 1, not {limit}")
+        for attempt in range(MAX_TRIES):
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self.chain_key)  # type: ignore[no-untyped-call]
+                    # One round trip. No MULTI needed: if the chain moves between these reads, it
+                    # moved after the WATCH too, and EXEC below refuses what was computed from them.
+                    with self.client.pipeline(transaction=False) as read:
+                        read.lindex(self.chain_key, -1)
+                        read.lrange(self.pending_key, 0, limit - 1)
+                        last, raw_events = read.execute()
+                    if not raw_events:
+                        return 0
+                    seq, prev = (-1, GENESIS) if last is None else self._tip(last)
+                    sealed: list[bytes] = []
+                    for raw in raw_events:
+                        seq += 1
+                        event = _pending_event(raw)
+                        tag = _mac(self.key, prev, seq, event)
+                        sealed.append(_sealed(seq, prev, event, tag))
+                        prev = tag
+                    pipe.multi()
+                    pipe.rpush(self.chain_key, *sealed)
+                    pipe.ltrim(self.pending_key, len(sealed), -1)
+                    pipe.execute()
+                    return len(sealed)
+                except redis.WatchError:
+                    time.sleep(random.uniform(0, 0.0002 * min(attempt + 1, 20)))  # noqa: S311 - jitter
+        raise AuditError(
+            f"audit chain of installation {self.installation}: {MAX_TRIES} seal attempts all collided with "
+            "other sealers; the events stay pending and the next seal takes them"
+        )
+
+    def verify(self) -> Broken | None:
+        """The first entry whose seq, prev link or MAC does not hold, or None. Reads only."""
+        prev, position = GENESIS, 0
+        while True:
+            page = self.client.lrange(self.chain_key, position, position + PAGE - 1)
+            if not page:
+                return None
+            for raw in page:
+                found = check_entry(self.key, raw, position, prev)
+                if isinstance(found, Broken):
+                    return found
+                prev = found
+                position += 1
+
+    def export(self, out: IO[str]) -> int:
+        """Write the sealed entries as JSONL (one canonical JSON entry a line); returns the count."""
+        position = 0
+        while True:
+            page = self.client.lrange(self.chain_key, position, position + PAGE - 1)
+            if not page:
+                return position
+            out.write("".join((raw.decode() if isinstance(raw, bytes) else raw) + "\n" for raw in page))
+            position += len(page)
+
+
+def check_entry(key: bytes, raw: bytes | str, position: int, prev: bytes) -> Broken | bytes:
+    """Check one sealed entry against its position and its predecessor's MAC; its MAC when it holds.
+
+    Public so an exported JSONL file can be checked line by line with the same rules."""
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return Broken(position, position, f"entry {position}: not valid JSON")
+    if not isinstance(entry, dict) or set(entry) != {"seq", "prev", "event", "mac"}:
+        return Broken(
+            position, position, f"entry {position}: not an object with exactly seq, prev, event, mac"
+        )
+    seq = entry["seq"]
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return Broken(position, position, f"entry {position}: seq is not an integer")
+    if seq != position:
+        return Broken(seq, position, f"entry {position}: seq {seq} where {position} was expected")
+    if entry["prev"] != prev.hex():
+        previous = "the genesis value (64 zeros)" if position == 0 else f"entry {position - 1}'s mac"
+        return Broken(seq, position, f"entry {position}: prev does not match {previous}")
+    tag = entry["mac"]
+    try:
+        expected = mac(key, prev, seq, entry["event"])
+    except ValueError:
+        return Broken(seq, position, f"entry {position}: event cannot be canonicalised")
+    if not isinstance(tag, str) or not hmac.compare_digest(tag.encode(), expected.hex().encode()):
+        return Broken(seq, position, f"entry {position}: MAC does not match (edited or wrong key)")
+    return expected

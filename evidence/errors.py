@@ -1,0 +1,35 @@
+"""One error type for the evidence package: a stable code to match on, a message to act on."""
+
+from __future__ import annotations
+
+#: Every code EvidenceError carries; tests and the CLI's --json output match on these, never on text.
+CODES = frozenset(
+    {
+        "malformed-envelope",
+        "unknown-key",
+        "bad-signature",
+        "bad-statement",
+        "subject-mismatch",
+        "bad-key",
+        "bad-checkpoint",
+        "not-included",
+        "inconsistent",
+        "bad-proof",
+    }
+)
+
+
+class EvidenceError(Exception):
+    """A receipt, key, checkpoint or proof failed a check.
+
+    Deliberately not a ``bot.errors.BatonError``: the offline verifier must run without Baton's
+    server side installed. ``message`` names what failed (field, keyid, commit) and how to fix it.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,0 +1,86 @@
+"""The audit trail: every state change of every task, in an HMAC chain per installation.
+
+Capture and sealing are apart (``evidence.audit``). ``lifecycle.move`` captures each
+move inside its own transaction; the first move a worker makes for a task (it names
+the task's installation, ``INSTALLATION``) also captures the delivery's acceptance, with
+the time the web side accepted it. Steps that are not moves (decided, spawned, exited,
+pushed, gate results, check run posted) are captured with ``note``. Workers seal what
+was captured into the chain after each task and on every sweep, in batches, with a
+key derived from ``BATON_AUDIT_SECRET`` for that installation alone.
+
+Events never hold a secret or a payload body: task ids, states, digests, numbers and
+the short reasons Baton writes itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+import redis
+from redis.client import Pipeline
+
+from bot.logs import timestamp
+from evidence import audit as chain
+from evidence.audit import AuditChain, derive_key
+
+log = logging.getLogger("baton.audit")
+
+#: The task record's field naming its installation (0: a delivery that names none).
+INSTALLATION = "installation"
+MAX_DETAIL = 500
+#: Pending events sealed per installation per pass; a sweep comes back for the rest.
+SEAL_BATCH = 1000
+
+
+def _detail(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
+
+
+def _installation(raw: bytes | str | None) -> int:
+    value = raw.decode() if isinstance(raw, bytes) else raw
+    return int(value) if value and value.isdigit() else 0
+
+
+def moved(
+    pipe: Pipeline,
+    task_id: str,
+    *,
+    known: bytes | str | None,
+    before: str | None,
+    after: str,
+    detail: str,
+    fields: Mapping[str, str],
+    at: str,
+) -> None:
+    """Capture one state move inside ``lifecycle.move``'s MULTI (no reads)."""
+    installation = _installation(known or fields.get(INSTALLATION))
+    if known is None and INSTALLATION in fields:
+        received = fields.get("received_at") or at
+        chain.record(pipe, installation, {"at": received, "task": task_id, "event": "accepted",
+                                          "delivery": fields.get("delivery", "")})  # fmt: skip
+    event = {"at": at, "task": task_id, "event": "state", "from": before and str(before),
+             "to": str(after), "detail": _detail(detail)}  # fmt: skip
+    chain.record(pipe, installation, event)
+
+
+def note(client: redis.Redis, installation: int | None, task_id: str, event: str, **detail: object) -> None:
+    """Capture a step that is not a state move (a decision, a spawn, a push, a check run)."""
+    with client.pipeline(transaction=True) as pipe:
+        found = {"at": timestamp(time.time()), "task": task_id, "event": event, **detail}
+        chain.record(pipe, installation or 0, found)
+        pipe.execute()
+
+
+def seal(client: redis.Redis, secret: bytes | None) -> int:
+    """Seal what every installation captured; returns how many events were sealed. Without a
+    secret nothing is sealed (the events wait, captured, for a worker that has one)."""
+    if secret is None:
+        return 0
+    sealed = 0
+    for installation in chain.installations(client):
+        found = AuditChain(client, installation, derive_key(secret, installation))
+        if found.pending():
+            sealed += found.seal(SEAL_BATCH)
+    return sealed

@@ -1,0 +1,141 @@
+"""`baton audit verify|export` and `baton replay`: the operator's checks on what Baton recorded.
+
+Both read Redis (``REDIS_URL``) and never write to what they check: verifying the audit
+chain does not seal pending events, and replay decides again in memory. The audit chain is
+MACed, so checking it needs ``BATON_AUDIT_SECRET``; replay compares the signed receipt's
+bytes too, with the key from ``BATON_SIGNING_KEY`` (or ``--key`` for a public key).
+
+Exit codes: 0 all good, 1 something does not match (named on stderr), 2 usage or setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+import redis
+
+from bot import settings
+from bot.errors import ConfigError
+from evidence.audit import AuditChain, derive_key, installations
+from evidence.errors import EvidenceError
+from evidence.keys import PublicKey, keyring, read_keys
+from worker import replay
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+SIGNED = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("audit", help="verify or export the audit chain (needs REDIS_URL)")
+    actions = parser.add_subparsers(dest="audit_action", metavar="ACTION", required=True)
+    check = actions.add_parser(
+        "verify",
+        help="walk the chain and name the first broken link",
+        description="Check every installation's audit chain (or one) with BATON_AUDIT_SECRET. "
+        "Exit 0 intact, 1 broken (the first broken entry is named), 2 usage.",
+    )
+    check.add_argument("--installation", type=int, metavar="ID", help="only this installation")
+    check.set_defaults(handler=audit_verify_command)
+    export = actions.add_parser("export", help="write an installation's sealed chain as JSONL")
+    export.add_argument("--installation", type=int, metavar="ID", required=True)
+    export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    export.set_defaults(handler=audit_export_command)
+
+    again = subparsers.add_parser(
+        "replay",
+        help="decide a task's trifecta decisions again and compare the bytes",
+        description="Re-evaluate the recorded gate decisions of TASK_ID from their recorded inputs "
+        "(the policy, kept by digest, and the facts) and compare with the recorded and the signed "
+        "bytes. Exit 0 identical, 1 different or not replayable, 2 usage.",
+    )
+    which = again.add_mutually_exclusive_group(required=True)
+    which.add_argument("task_id", metavar="TASK_ID", nargs="?")
+    which.add_argument("--all", action="store_true", help="every task with a recorded decision")
+    again.add_argument("--key", action="append", metavar="PUB", help="public key(s) to check the receipt")
+    again.add_argument("--json", action="store_true", help="print the results as JSON")
+    again.set_defaults(handler=replay_command)
+
+
+def _client() -> redis.Redis:
+    url = settings.load().redis_url
+    if url is None:
+        raise ConfigError("no-redis", "set REDIS_URL to the Redis that `baton worker` uses")
+    return redis.Redis.from_url(url, socket_timeout=10)
+
+
+def _secret() -> bytes:
+    secret = settings.load().audit_secret
+    if secret is None:
+        raise ConfigError("no-audit-secret", "set BATON_AUDIT_SECRET: the chain's MACs are keyed with it")
+    return secret
+
+
+def audit_verify_command(args: argparse.Namespace) -> int:
+    client, secret = _client(), _secret()
+    chosen = [args.installation] if args.installation is not None else installations(client)
+    broken = 0
+    for installation in chosen:
+        chain = AuditChain(client, installation, derive_key(secret, installation))
+        found = chain.verify()
+        pending = chain.pending()
+        if found is None:
+            print(f"installation {installation}: {chain.length()} entries intact, {pending} pending")
+        else:
+            broken += 1
+            print(f"installation {installation}: BROKEN at {found.reason}", file=sys.stderr)
+    if not chosen:
+        print("no audit chain in this Redis yet")
+    return EXIT_MISMATCH if broken else EXIT_OK
+
+
+def audit_export_command(args: argparse.Namespace) -> int:
+    client, secret = _client(), _secret()
+    chain = AuditChain(client, args.installation, derive_key(secret, args.installation))
+    if args.out:
+        with Path(args.out).open("x", encoding="utf-8") as out:
+            count = chain.export(out)
+        print(f"{count} entries written to {args.out}", file=sys.stderr)
+    else:
+        chain.export(sys.stdout)
+    return EXIT_OK
+
+
+def _replay_keys(paths: list[str] | None) -> dict[str, PublicKey] | None:
+    if paths:
+        found: dict[str, PublicKey] = {}
+        for path in paths:
+            found.update(read_keys(Path(path).read_text(), path))
+        return found
+    key = settings.load().signing_key
+    return keyring([key.public]) if key is not None else None
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    client = _client()
+    tasks = replay.recorded_tasks(client) if args.all else [args.task_id]
+    try:
+        keys = _replay_keys(args.key)
+        results = {task: replay.replay(client, task, keys) for task in tasks}
+    except (EvidenceError, OSError) as exc:
+        print(f"baton replay: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, OSError) else EXIT_MISMATCH
+    if not any(results.values()):
+        print(f"baton replay: no recorded decision for {'any task' if args.all else args.task_id}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    ok = all(r.match and r.signed is not False for found in results.values() for r in found)
+    if args.json:
+        data = {task: [r.to_data() for r in found] for task, found in results.items()}
+        print(orjson.dumps({"identical": ok, "tasks": data}).decode())
+        return EXIT_OK if ok else EXIT_MISMATCH
+    for task, found in results.items():
+        for r in found:
+            signed = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}[
+                r.signed
+            ]
+            verdict = "identical" if r.match else f"DIFFERENT ({r.problem or 'the decision changed'})"
+            print(f"{task} {r.where}: {verdict}; {signed}; recorded sha256:{r.recorded_sha256[:16]}…")
+    return EXIT_OK if ok else EXIT_MISMATCH

@@ -1,0 +1,297 @@
+"""What the worker signs: one receipt per check run it completes, appended to the log first.
+
+A receipt is an in-toto Statement v1 in a DSSE envelope (``evidence.dsse``), signed
+with the operator's key, about the commit the check run is on (and the diff, where
+there is one). It is appended to the installation's transparency log
+(``evidence.log``) before the check run is written, so no claim reaches GitHub that
+the log does not hold; the check run's text carries the envelope and its inclusion
+proof, and its details URL serves the same bundle with a proof against the log's
+newest checkpoint (``bot.evidence``). Anyone can check it offline: ``baton verify``.
+
+The predicates (what is claimed) are built here, from data the worker already
+re-verified: the merge gate's result (in-toto's test-result predicate), the trifecta
+decision and the agent run (Baton's own versioned predicate types). Each is bounded
+so the envelope always fits a check run's text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import orjson
+import redis
+
+from bot.errors import BatonError, ConfigError
+from evidence import dsse, statement
+from evidence.encoding import b64decode, b64encode
+from evidence.keys import SigningKey
+from evidence.log import Log
+from evidence.statement import Subject
+from evidence.verify import bundle, entry_bytes
+from worker.github.limits import MAX_OUTPUT_CHARS
+
+#: Names and strings inside predicates are cut to this, lists to ``MAX_ITEMS``: the envelope must
+#: fit a check run's text (65,535 characters) with room to spare, whatever a policy or PR holds.
+MAX_NAME = 200
+MAX_ITEMS = 50
+
+
+def baton_version() -> str:
+    try:
+        return metadata.version("baton")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Signer:
+    """The operator's signing key and audit secret (``BATON_SIGNING_KEY``, ``BATON_AUDIT_SECRET``),
+    and where ``baton serve`` publishes receipts (``BATON_PUBLIC_URL``)."""
+
+    key: SigningKey
+    audit_secret: bytes
+    public_url: str | None = None
+
+    def details_url(self, installation: int, index: int) -> str | None:
+        if self.public_url is None:
+            return None
+        return f"{self.public_url}/.well-known/baton/log/{installation}/receipts/{index}"
+
+
+def need(signer: Signer | None) -> Signer:
+    """The signer, or a refusal: Baton never completes a check run without a receipt."""
+    if signer is None:
+        raise ConfigError(
+            "no-signing-key",
+            "the worker has no BATON_SIGNING_KEY (or BATON_SIGNING_KEY_PATH) and BATON_AUDIT_SECRET, "
+            "and Baton never publishes unsigned evidence: run `baton keys generate --out DIR`",
+        )
+    return signer
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A signed, logged statement: the envelope, its log entry (index, proof, checkpoint)."""
+
+    envelope: dict[str, object]
+    log_entry: dict[str, object]
+    details_url: str | None
+
+    @property
+    def index(self) -> int:
+        return int(str(self.log_entry["logIndex"]))
+
+    def bundle(self) -> dict[str, object]:
+        return bundle(self.envelope, self.log_entry)
+
+    def text(self) -> str:
+        """The check run's ``output.text``: how to verify, then the bundle, whole (never cut)."""
+        cp = self.log_entry["checkpoint"]
+        size = cp["treeSize"] if isinstance(cp, Mapping) else "?"
+        where = f"from [its details link]({self.details_url}) " if self.details_url else ""
+        body = orjson.dumps(self.bundle(), option=orjson.OPT_INDENT_2).decode()
+        text = (
+            "### Signed receipt\n\n"
+            f"This result is signed (DSSE, in-toto Statement v1) and is entry {self.index} of Baton's "
+            f"transparency log for installation {self.log_entry['installation']} (tree size {size}). "
+            f"To check it offline, save the bundle below {where}as `receipt.json`, get the keys from "
+            "`/.well-known/baton/keys` and run `baton verify receipt.json --key keys.json`.\n\n"
+            f"<details><summary>Receipt bundle</summary>\n\n```json\n{body}\n```\n\n</details>\n"
+        )
+        if len(text) > MAX_OUTPUT_CHARS:  # cannot happen with bounded predicates; never cut one
+            raise BatonError(
+                "evidence-too-large",
+                f"the receipt is {len(text)} characters, more than a check run's text holds",
+            )
+        return text
+
+
+def attest(
+    signer: Signer | None,
+    client: redis.Redis,
+    installation: int,
+    *,
+    subjects: Sequence[Subject],
+    predicate_type: str,
+    predicate: Mapping[str, object],
+) -> Receipt:
+    """Sign the statement and append it to the installation's log (one Redis transaction)."""
+    signer = need(signer)
+    payload = statement.statement(subjects, predicate_type, predicate)
+    envelope = dsse.sign(payload, signer.key)
+    appended = Log(client, installation).append(entry_bytes(envelope), signer.key)
+    log_entry: dict[str, object] = {
+        "installation": installation,
+        "logIndex": appended.index,
+        "leafHash": appended.leaf_hash.hex(),
+        "inclusionProof": [h.hex() for h in appended.proof],
+        "checkpoint": appended.checkpoint,
+    }
+    return Receipt(envelope, log_entry, signer.details_url(installation, appended.index))
+
+
+def payload_of(envelope: Mapping[str, object]) -> dict[str, Any]:
+    """The statement inside one of our own envelopes (read back for replay, not a verification)."""
+    found: dict[str, Any] = orjson.loads(b64decode(envelope.get("payload"), "payload"))
+    return found
+
+
+# -- subjects -----------------------------------------------------------------------------------------
+
+
+def commit_subject(full_name: str, sha: str) -> Subject:
+    return Subject(full_name, {"gitCommit": sha})
+
+
+def diff_subject(full_name: str, base: str, head: str, digest: str) -> Subject:
+    return Subject(f"{full_name} diff {base[:12]}..{head[:12]}", {"sha256": digest})
+
+
+# -- predicates --------------------------------------------------------------------------------------
+
+_CAMEL = re.compile(r"_([a-z0-9])")
+
+
+def camel(value: object) -> object:
+    """snake_case keys to lowerCamelCase, all the way down (in-toto's field naming)."""
+    if isinstance(value, Mapping):
+        return {_CAMEL.sub(lambda m: m.group(1).upper(), str(k)): camel(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [camel(v) for v in value]
+    return value
+
+
+def _cut(text: object, limit: int = MAX_NAME) -> str:
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _rfc3339(value: object) -> str | None:
+    """An ISO 8601 UTC time as RFC 3339 with ``Z`` (in-toto's convention), or None."""
+    if not value:
+        return None
+    text = str(value)
+    return text[: -len("+00:00")] + "Z" if text.endswith("+00:00") else text
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def gate_result(
+    *,
+    conclusion: str,
+    title: str,
+    policy_digest: str | None,
+    gates: Sequence[tuple[str, str]] = (),
+    passed: Sequence[str] = (),
+    failed: Sequence[str] = (),
+    warned: Sequence[str] = (),
+    url: str | None = None,
+) -> dict[str, object]:
+    """The merge gate's claim in in-toto's test-result/v0.1 shape. ``configuration`` names what the
+    result depends on: Baton's version, the policy (by digest), each gate command (by digest), and
+    the check run's conclusion and title (an in-toto resource descriptor with its content)."""
+    result = {"success": "PASSED", "failure": "FAILED"}.get(conclusion, "WARNED")
+    verdict = orjson.dumps({"conclusion": conclusion, "title": _cut(title)}, option=orjson.OPT_SORT_KEYS)
+    configuration: list[dict[str, object]] = [
+        {"name": "baton", "uri": f"pkg:pypi/baton@{baton_version()}"},
+        {
+            "name": "verdict",
+            "content": b64encode(verdict),
+            "annotations": {"conclusion": conclusion, "title": _cut(title)},
+        },
+    ]
+    if policy_digest:
+        configuration.append({"name": "policy", "digest": {"sha256": policy_digest}})
+    configuration += [
+        {"name": f"gate:{_cut(name, 100)}", "digest": {"sha256": _sha(run.encode())}}
+        for name, run in gates[:MAX_ITEMS]
+    ]
+    predicate: dict[str, object] = {"result": result, "configuration": configuration}
+    for field, names in (("passedTests", passed), ("failedTests", failed), ("warnedTests", warned)):
+        if names:
+            predicate[field] = [_cut(n, 100) for n in names[:MAX_ITEMS]]
+    if url:
+        predicate["url"] = url
+    return predicate
+
+
+def trifecta(
+    *,
+    task_id: str,
+    full_name: str,
+    number: int,
+    base: str,
+    private: bool,
+    issue_digest: str,
+    decision: Mapping[str, Any],
+    decision_json: bytes,
+) -> dict[str, object]:
+    """The gate's decision with its inputs: each input by digest with its taint, the decision's
+    own canonical data (its reasons' text is signed), and the digest that replay compares."""
+    return {
+        "batonVersion": baton_version(),
+        "task": task_id,
+        "repository": full_name,
+        "issue": number,
+        "inputs": [
+            {"name": f"issue #{number}", "digest": {"sha256": issue_digest}, "taint": ["untrustedInput"]},
+            {"name": full_name, "digest": {"gitCommit": base}, "taint": ["privateData"] if private else []},
+            {"name": "policy", "digest": {"sha256": str(decision.get("policy_sha256", ""))}, "taint": []},
+        ],
+        "decision": dict(decision),
+        "decisionDigest": _sha(decision_json),
+    }
+
+
+def agent_run(
+    *, task_id: str, full_name: str, number: int, base: str, diff_digest: str, record: Mapping[str, Any]
+) -> dict[str, object]:
+    """What ran and what held it: adapter and version, the box report, the egress log (digest and a
+    per-host summary), exit status, durations and cost, and the decision it ran under."""
+    egress = list(record.get("egress") or [])
+    summary = [
+        {
+            "host": _cut(e.get("host"), 100),
+            "port": e.get("port"),
+            "allowed": bool(e.get("allowed")),
+            "connections": e.get("connections"),
+        }
+        for e in egress[:MAX_ITEMS]
+    ]
+    return {
+        "batonVersion": baton_version(),
+        "task": task_id,
+        "repository": full_name,
+        "issue": number,
+        "agent": _cut(record.get("agent")),
+        "adapter": record.get("adapter"),
+        "adapterVersion": _cut(record.get("adapter_version")),
+        "promptVersion": record.get("prompt_version"),
+        "baseCommit": base,
+        "commit": record.get("commit"),
+        "diff": {"sha256": diff_digest, "stat": camel(record.get("diff") or {})},
+        "decisionDigest": record.get("decision_sha256"),
+        "policyDigest": (record.get("decision") or {}).get("policy_sha256"),
+        "box": camel(record.get("box") or {}),
+        "egress": {
+            "logDigest": _sha(orjson.dumps(egress, option=orjson.OPT_SORT_KEYS)),
+            "hosts": summary,
+            "refusedConnections": sum(int(e.get("connections") or 0) for e in egress if not e.get("allowed")),
+        },
+        "exit": {
+            "outcome": record.get("outcome"),
+            "code": record.get("exit_code"),
+            "signal": record.get("signal"),
+            "timedOut": bool(record.get("timed_out")),
+        },
+        "durations": camel(record.get("durations") or {}),
+        "costUsd": record.get("cost_usd"),
+        "startedAt": _rfc3339(record.get("started_at")),
+    }
