@@ -85,13 +85,14 @@ def verify_receipt(
 ) -> Verified:
     """Check a receipt (bare envelope or bundle) end to end; EvidenceError names the first failure.
 
-    ``proof`` (a logEntry, or a bundle whose logEntry is used) replaces the bundle's own entry;
-    ``checkpoint`` is a checkpoint you already trust, and the proof must be for exactly that tree.
+    ``proof`` replaces the bundle's own entry: a logEntry, a bundle (its logEntry is used), or the
+    log's ``proof/inclusion`` answer ``{"index", "size", "proof"}``, which carries no checkpoint and so
+    needs ``checkpoint``: a checkpoint you already trust; the proof must be for exactly that tree.
     A log entry that is present is always checked; ``require_log=False`` only allows it to be absent.
     """
     envelope, entry = split(document)
     if proof is not None:
-        entry = _entry_of(proof)
+        entry = _entry_of(proof, entry, checkpoint)
     payload, keyid = dsse.verify_signer(envelope, keys)
     if envelope.get("payloadType") != dsse.PAYLOAD_TYPE:
         raise EvidenceError(
@@ -151,7 +152,10 @@ def _check_commit(stmt: Mapping[str, object], commit: str) -> None:
         )
 
 
-def _entry_of(proof: Mapping[str, object]) -> Mapping[str, object]:
+def _entry_of(
+    proof: Mapping[str, object], base: Mapping[str, object] | None, trusted: Mapping[str, object] | None
+) -> Mapping[str, object]:
+    """A logEntry from whichever proof document the user has."""
     if not isinstance(proof, Mapping):
         raise EvidenceError("bad-proof", "the proof is not a JSON object")
     if "dsseEnvelope" in proof or "logEntry" in proof:
@@ -159,7 +163,21 @@ def _entry_of(proof: Mapping[str, object]) -> Mapping[str, object]:
         if not isinstance(entry, Mapping):
             raise EvidenceError("bad-proof", "the proof bundle has no logEntry object")
         return entry
-    return proof
+    if "logIndex" in proof or "index" not in proof:
+        return proof
+    # The log's proof/inclusion answer: the installation is the bundle's, else the trusted checkpoint's.
+    installation = base.get("installation") if base is not None else _installation_of(trusted)
+    entry = {"logIndex": proof.get("index"), "treeSize": proof.get("size")}
+    entry["inclusionProof"] = proof.get("proof")
+    return entry if installation is None else {**entry, "installation": installation}
+
+
+def _installation_of(doc: Mapping[str, object] | None) -> int | None:
+    origin = doc.get("origin") if isinstance(doc, Mapping) else None
+    prefix = checkpoint.origin_for(0)[:-1]
+    if isinstance(origin, str) and origin.startswith(prefix) and origin[len(prefix) :].isdigit():
+        return int(origin[len(prefix) :])
+    return None
 
 
 def _check_inclusion(
@@ -202,7 +220,12 @@ def _proof_tree(
     cp_doc = entry.get("checkpoint")
     if cp_doc is None:
         if trusted is None:
-            raise EvidenceError("bad-proof", "the log entry has no checkpoint: pass the checkpoint it is for")
+            raise EvidenceError(
+                "bad-proof",
+                "the inclusion proof carries no checkpoint: pass --checkpoint with a signed checkpoint of "
+                f"its tree size (one you saved, or GET /.well-known/baton/log/{installation}/checkpoint "
+                "and a proof for that size)",
+            )
         size = entry.get("treeSize", trusted.size)
         if size != trusted.size:
             raise EvidenceError("bad-proof", _size_hint(size, trusted.size, installation, index))

@@ -218,6 +218,22 @@ def test_a_proof_without_its_checkpoint_uses_the_trusted_one(
     )
 
 
+def test_the_served_inclusion_answer_works_with_a_trusted_checkpoint(
+    key: SigningKey, keys: dict[str, PublicKey]
+) -> None:
+    """What the size-mismatch message suggests: GET proof/inclusion?index=I&size=Y, pass it as --proof."""
+    log, envelopes = filled_log(key, 6)
+    stale = bundle(envelopes[2], log.entry(2, size=3))
+    served = {"index": 2, "size": 6, "proof": log.entry(2, size=6)["inclusionProof"]}
+    result = verify_receipt(stale, keys, proof=served, checkpoint=log.checkpoint(6))
+    assert (result.log_index, result.tree_size, result.installation) == (2, 6, INSTALLATION)
+    bare = verify_receipt(envelopes[2], keys, proof=served, checkpoint=log.checkpoint(6))
+    assert bare.installation == INSTALLATION  # taken from the trusted checkpoint's origin
+    assert "--checkpoint" in rejected("bad-proof", stale, keys, proof=served).message
+    assert "size 5" in rejected("bad-proof", stale, keys, proof=served, checkpoint=log.checkpoint(5)).message
+    rejected("not-included", envelopes[3], keys, proof=served, checkpoint=log.checkpoint(6))
+
+
 def test_a_trusted_checkpoint_of_the_same_size_with_another_root_is_a_split_view(
     key: SigningKey, keys: dict[str, PublicKey]
 ) -> None:
@@ -356,6 +372,7 @@ def files(tmp_path: Path, key: SigningKey) -> dict[str, Path]:
         "cp6.json": json.dumps(log.checkpoint(6)),
         "proof3-6.json": json.dumps({"from": 3, "to": 6, "proof": log.consistency(3, 6)}),
         "proof2-6.json": json.dumps({"from": 2, "to": 6, "proof": log.consistency(2, 6)}),
+        "inclusion4-6.json": json.dumps({"index": 4, "size": 6, "proof": log.entry(4)["inclusionProof"]}),
         "bad.json": "{not json",
     }
     tampered = copy.deepcopy(envelopes[4])
@@ -413,6 +430,12 @@ def test_cli_verify_proof_options(files: dict[str, Path]) -> None:
         "--checkpoint", files["cp6.json"],
     )  # fmt: skip
     assert fresh.returncode == 0, fresh.stderr
+    served = cli(
+        "verify", files["stale.json"], "--key", files["pub"], "--proof", files["inclusion4-6.json"],
+        "--checkpoint", files["cp6.json"],
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    assert "log index 4 of tree size 6" in served.stdout
 
 
 def test_cli_usage_problems_exit_2_naming_the_file(files: dict[str, Path], tmp_path: Path) -> None:
