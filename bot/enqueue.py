@@ -8,8 +8,9 @@ id is the same delivery) and nothing is written. Otherwise it sets the id and
 body keys (7 days each), writes the task's record in state ``queued`` (its
 history entry and the ``queued`` registry: the shapes ``worker.lifecycle``
 writes for later moves), the RQ job hash, pushes the job id onto its queue
-and registers the queue. Racing requests with the same id or the same body
-therefore make exactly one job, and a refused one leaves no trace.
+and registers the queue, and captures the task's first audit event ("accepted",
+``evidence.audit``) for the worker to seal. Racing requests with the same id or the
+same body therefore make exactly one job, and a refused one leaves no trace.
 
 Concurrent requests are batched: whatever arrives while a round trip is in
 flight goes out together in the next pipeline, so one connection carries
@@ -35,13 +36,15 @@ from rq.serializers import JSONSerializer
 from bot import queues, records
 from bot.errors import RedisUnavailable
 from bot.tasks import Task
+from evidence import audit
 
-_NUMKEYS = 8
+_NUMKEYS = 10
 ENQUEUE_SCRIPT = f"""
 -- KEYS: 1 delivery id, 2 body sha256, 3 task record, 4 its history, 5 RQ job hash,
---       6 RQ queue, 7 RQ's set of queues, 8 the {records.QUEUED} registry
+--       6 RQ queue, 7 RQ's set of queues, 8 the {records.QUEUED} registry,
+--       9 the installation's pending audit events, 10 the audit chain's installations
 -- ARGV: 1 task id, 2 dedupe TTL, 3 record TTL, 4 updated_at, 5 registry score,
---       6 detail, 7 history entry, 8.. the job hash's fields and values
+--       6 detail, 7 history entry, 8 audit event, 9 installation, 10.. the job hash's fields and values
 local seen = redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[2])
 if seen then return seen end
 if redis.call('EXISTS', KEYS[3]) == 1 then return ARGV[1] end
@@ -53,9 +56,11 @@ redis.call('RPUSH', KEYS[4], ARGV[7])
 redis.call('LTRIM', KEYS[4], -{records.HISTORY_LIMIT}, -1)
 redis.call('EXPIRE', KEYS[4], ARGV[3])
 redis.call('ZADD', KEYS[8], ARGV[5], ARGV[1])
-redis.call('HSET', KEYS[5], unpack(ARGV, 8))
+redis.call('HSET', KEYS[5], unpack(ARGV, 10))
 redis.call('RPUSH', KEYS[6], ARGV[1])
 redis.call('SADD', KEYS[7], KEYS[6])
+redis.call('RPUSH', KEYS[9], ARGV[8])
+redis.call('SADD', KEYS[10], ARGV[9])
 return 1
 """
 
@@ -84,6 +89,9 @@ def _bulk(value: str | bytes | int) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(raw), raw)
 
 
+_AUDIT_INSTALLATIONS = _bulk(audit.INSTALLATIONS)
+
+
 def prepare(task: Task, now: float) -> Prepared:
     """The script call that stores this task, as the tail of an EVALSHA command.
 
@@ -107,6 +115,11 @@ def prepare(task: Task, now: float) -> Prepared:
     entry = orjson.dumps({"at": task.received_at, "from": None, "to": records.QUEUED, "detail": detail})
     stamp = _bulk(task.received_at)
     record = records.TASK_PREFIX + task.id
+    # The audit chain's first event for this task, captured with the task itself (evidence.audit).
+    installation = task.installation_id or 0
+    event = {"at": task.received_at, "task": task.id, "event": "accepted", "kind": str(task.kind),
+             "queue": spec.name}  # fmt: skip
+    accepted = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
     return Prepared(
         job_id=task.id,
         argc=layout.argc,
@@ -118,12 +131,16 @@ def prepare(task: Task, now: float) -> Prepared:
                 _bulk(record + records.HISTORY_SUFFIX),
                 _bulk(Job.redis_job_namespace_prefix + task.id),
                 layout.after_job_key,
+                _bulk(audit.pending_key(installation)),
+                _AUDIT_INSTALLATIONS,
                 _bulk(task.id),
                 layout.after_task_id,
                 stamp,
                 _bulk(b"%.6f" % now),  # seconds, as the worker scores its registries
                 detail_bulk,
                 _bulk(entry),
+                _bulk(accepted),
+                _bulk(installation),
                 layout.after_history,
                 stamp,
                 layout.after_created,
@@ -179,7 +196,7 @@ def _layout(queue_name: str) -> _Layout:
     for key, value in job.to_dict().items():
         if key not in _PER_JOB_FIELDS:
             static += [key, value.value if isinstance(value, JobStatus) else value]
-    head = 7  # ARGV[1..7]: task id, two TTLs, updated_at, score, detail, history entry
+    head = 9  # ARGV[1..9]: task id, two TTLs, updated_at, score, detail, history entry, audit event, inst
     return _Layout(
         argc=_NUMKEYS + head + len(static) + 2 * len(_PER_JOB_FIELDS),
         after_job_key=b"".join(

@@ -46,6 +46,8 @@ KNOWN: dict[str, str] = {
     "BATON_METRICS_PORT": "serve /metrics on HOST at this port only, not on PORT (default: on PORT)",
     "BATON_METRICS_TOKEN": "require `Authorization: Bearer <token>` for /metrics (16+ characters)",
     "BATON_REQUIRE_ORG_POLICY": "true: refuse where the owner's .github repo is not visible (default false)",
+    "BATON_REDELIVERY_INTERVAL": "seconds between passes redelivering failed webhooks (default 300; 0: off)",
+    "BATON_REDELIVER_4XX": "true: also redeliver deliveries Baton answered 4xx (default false)",
     "BATON_DATA_DIR": "where the worker keeps repository mirrors (default ~/.local/share/baton)",
     "BATON_AGENT_ROUTES": "HOST=IP:PORT,...: agents' traffic for HOST goes there (a stand-in, a gateway)",
     "BATON_AGENT_MODEL_URL": "the model base URL given to agent CLIs instead of their vendor's",
@@ -85,6 +87,9 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     #: Refuse, rather than fall back to the built-in ceiling, where the owner's `.github` is not visible.
     require_org_policy: bool = False
+    #: How often idle workers look for failed deliveries to redeliver (``worker.redeliver``); 0: never.
+    redelivery_interval_s: float = 300.0
+    redeliver_4xx: bool = False
     data_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "share" / "baton")
     #: Host -> (ip, port) for agents' egress proxy, instead of DNS.
     agent_routes: tuple[tuple[str, str, int], ...] = ()
@@ -210,6 +215,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         metrics_port=metrics_port,
         metrics_token=metrics_token,
         require_org_policy=_bool(get, "BATON_REQUIRE_ORG_POLICY", default=False),
+        redelivery_interval_s=_float(get, "BATON_REDELIVERY_INTERVAL", 300.0, 0.0, 86400.0),
+        redeliver_4xx=_bool(get, "BATON_REDELIVER_4XX", default=False),
         data_dir=_data_dir(get("BATON_DATA_DIR")),
         agent_routes=_routes(get("BATON_AGENT_ROUTES")),
         agent_model_url=_model_url(get("BATON_AGENT_MODEL_URL")),

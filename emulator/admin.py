@@ -151,6 +151,7 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("POST", "/webhooks", people.send_event),
         ("GET", "/deliveries", people.deliveries),
         ("GET", "/deliveries/{delivery_id}", people.delivery),
+        ("PATCH", "/deliveries/{delivery_id}", people.update_delivery),
         ("POST", "/deliveries/{delivery_id}/redeliver", people.redeliver),
         ("POST", "/faults", inspect.add_fault),
         ("GET", "/faults", inspect.list_faults),

@@ -330,6 +330,13 @@ class AdminClient:
         result: dict[str, Any] = self.call("POST", f"/deliveries/{delivery_id}/redeliver", {})
         return result
 
+    def set_delivered_at(self, delivery_id: int, delivered_at: float) -> dict[str, Any]:
+        """Move an attempt in time (epoch seconds), e.g. past GitHub's 3-day retention."""
+        result: dict[str, Any] = self.call(
+            "PATCH", f"/deliveries/{delivery_id}", {"delivered_at": delivered_at}
+        )
+        return result
+
     # -- faults, settings, inspection ----------------------------------------------
     def add_fault(self, path: str, *, kind: str = "status", count: int = 1, **options: Any) -> dict[str, Any]:
         """kind: status | secondary_rate_limit | primary_rate_limit | latency (see emulator.faults)."""

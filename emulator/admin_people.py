@@ -199,17 +199,16 @@ class PeopleAdmin(AdminBase):
         await self.emu.deliver([delivery])
         return 200, webhooks.summary(delivery)
 
+    def _delivery(self, params: dict[str, str]) -> Delivery:
+        raw = params["delivery_id"]
+        found = self.emu.state.deliveries.get(int(raw)) if raw.isdigit() else None
+        if found is None:
+            raise AdminError(404, "no such delivery")
+        return found
+
     async def redeliver(self, body: dict[str, Any], params: dict[str, str], base: str) -> tuple[int, Any]:
         """Send a recorded delivery again with the same GUID, as GitHub's redelivery does."""
-        old = (
-            self.emu.state.deliveries.get(int(params["delivery_id"]))
-            if params["delivery_id"].isdigit()
-            else None
-        )
-        if old is None:
-            raise AdminError(404, "no such delivery")
-        app = self.emu.state.apps[old.app_id]
-        again = webhooks.record(self.emu.state, app, old.event, old.payload, guid=old.guid, redelivery=True)
+        again = webhooks.record_redelivery(self.emu.state, self._delivery(params))
         await self.emu.deliver([again])
         return 200, webhooks.summary(again)
 
@@ -218,13 +217,18 @@ class PeopleAdmin(AdminBase):
         return 200, [webhooks.summary(d) for d in items]
 
     async def delivery(self, body: dict[str, Any], params: dict[str, str], base: str) -> tuple[int, Any]:
-        found = (
-            self.emu.state.deliveries.get(int(params["delivery_id"]))
-            if params["delivery_id"].isdigit()
-            else None
-        )
-        if found is None:
-            raise AdminError(404, "no such delivery")
+        found = self._delivery(params)
         return 200, {**webhooks.summary(found), "payload": found.payload}
+
+    async def update_delivery(
+        self, body: dict[str, Any], params: dict[str, str], base: str
+    ) -> tuple[int, Any]:
+        """Move an attempt's ``delivered_at`` (epoch seconds), e.g. past GitHub's 3-day retention."""
+        found = self._delivery(params)
+        when = body.get("delivered_at")
+        if not isinstance(when, int | float) or isinstance(when, bool) or when < 0:
+            raise AdminError(422, "'delivered_at' must be a time in epoch seconds")
+        found.delivered_at = float(when)
+        return 200, webhooks.summary(found)
 
     # -- faults, settings, inspection ------------------------------------------

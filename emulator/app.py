@@ -27,6 +27,7 @@ from emulator import (
     githttp,
     routes_apps,
     routes_checks,
+    routes_hooks,
     routes_issues,
     routes_pulls,
     routes_repos,
@@ -42,6 +43,7 @@ from emulator.state import Delivery
 
 API_ROUTES: list[RouteSpec] = [
     *routes_apps.ROUTES,
+    *routes_hooks.ROUTES,
     *routes_repos.ROUTES,
     *routes_issues.ROUTES,
     *routes_pulls.ROUTES,

@@ -208,6 +208,14 @@ Handler = Callable[[ApiRequest], Awaitable[Reply]]
 RouteSpec = tuple[str, str, Handler]
 
 
+def per_page(req: ApiRequest) -> int:
+    """``per_page`` as every list here reads it: default 30, clamped to 1..100, not a number: 30."""
+    try:
+        return min(MAX_PER_PAGE, max(1, int(req.query("per_page") or 30)))
+    except ValueError:
+        return 30
+
+
 def paginate(req: ApiRequest, items: list[Any]) -> tuple[list[Any], dict[str, str]]:
     """``per_page``/``page`` with GitHub's ``Link`` header.
 

@@ -529,7 +529,7 @@ def baton_serving(
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATON_")}
     env.update(APP_ID=str(w.app_id), PRIVATE_KEY=w.private_key, WEBHOOK_SECRET=w.webhook_secret,
                REDIS_URL=redis_url, GITHUB_API_URL=api_url, PORT=str(port), LOG_LEVEL="WARNING",
-               BATON_DATA_DIR=str(work / "data"), **env_extra)  # fmt: skip
+               BATON_DATA_DIR=str(work / "data"), BATON_REDELIVERY_INTERVAL="2", **env_extra)  # fmt: skip
     with (work / "baton.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", "serve", "--worker"], env=env, stdout=log, stderr=log
@@ -586,12 +586,35 @@ def run(out: Path | None) -> int:
             pulls = pool.submit(_play, demo, PULL_SCENARIOS)
             outcomes = _play(demo, SCENARIOS) + pulls.result()
         outcomes += _play(demo, [
+            ("Redis restarted while a maintainer labelled", redis_restart_recovered),
             ("every check run's receipt, offline", lambda d: receipts_verify(d, work, port)),
             ("every decision replayed, the audit chain", lambda d: replay_and_audit(server.url, signing)),
         ])  # fmt: skip
         _write(work, admin, github.directory, outcomes)
     _print(outcomes, time.monotonic() - started, work)
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def redis_restart_recovered(demo: Demo) -> Result:
+    """Redis takes no writes (a restart, a failover) while a maintainer labels an issue: Baton answers
+    503, GitHub gives up on that delivery, and the workers' redelivery pass gets it back."""
+    number = demo.issue("Typo in the README", "maria", NOTHING)
+    demo.rdb.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")  # type: ignore[no-untyped-call]
+    try:
+        sent = demo.label(number, "script", "maria")
+    finally:
+        demo.rdb.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+    deadline = time.monotonic() + WAIT_S
+    while not demo.baton_comments(number) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    attempts = [d for d in demo.admin.deliveries() if d["guid"] == sent["guid"]]
+    codes = [d["status_code"] for d in attempts]
+    recovered = bool(demo.baton_comments(number)) and demo.wait(sent["guid"]) in lifecycle.TERMINAL
+    return (
+        "first attempt 503, redelivered once by Baton, the label becomes a task with its status",
+        f"attempts {codes}, {'recovered' if recovered else 'LOST'}",
+        recovered and codes[:1] == [503] and len(codes) == 2,
+    )
 
 
 def _signing_env(work: Path, public_url: str) -> dict[str, str]:

@@ -19,6 +19,9 @@ from emulator.core import Emulator
 
 HOST = "127.0.0.1"
 START_TIMEOUT_SECONDS = 10.0
+#: Idle keep-alive connections stay open this long (uvicorn closes them after 5 s by default, and a
+#: client reusing one just as it closes gets "connection reset": GitHub keeps them far longer).
+KEEP_ALIVE_SECONDS = 120
 
 
 def free_port() -> int:
@@ -31,7 +34,8 @@ def free_port() -> int:
 def serve(directory: Path, port: int, *, token_ttl_seconds: float | None = None) -> None:
     """Serve in the foreground until interrupted."""
     app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
-    uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False,
+                timeout_keep_alive=KEEP_ALIVE_SECONDS)  # fmt: skip
 
 
 class EmulatorServer:
@@ -43,13 +47,18 @@ class EmulatorServer:
 
     def __init__(self, directory: Path, port: int = 0, *, token_ttl_seconds: float | None = None) -> None:
         self.directory = directory
-        self.port = port or free_port()
+        # Bound now and kept: a port chosen, closed and bound again later can be taken in between.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((HOST, port))
+        self.port: int = self._socket.getsockname()[1]
         self.app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
-        config = uvicorn.Config(
-            self.app, host=HOST, port=self.port, log_level="warning", access_log=False, lifespan="off"
-        )
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_keep_alive=KEEP_ALIVE_SECONDS)  # fmt: skip
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="github-emulator", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="github-emulator", daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -72,6 +81,7 @@ class EmulatorServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=START_TIMEOUT_SECONDS)
+        self._socket.close()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

@@ -205,6 +205,13 @@ class Delivery:
     delivered_at: float | None = None
     duration_ms: float | None = None
     redelivery: bool = False
+    #: What was sent where and what came back, kept for ``GET /app/hook/deliveries/{id}``.
+    url: str | None = None
+    request_headers: dict[str, str] = field(default_factory=dict)
+    response_headers: dict[str, str] | None = None
+    response_body: str | None = None
+    #: GitHub's word for an attempt that got no HTTP answer ("timed out", "failed to connect to host").
+    failure: str | None = None
 
 
 T = TypeVar("T")

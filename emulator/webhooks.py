@@ -3,7 +3,7 @@
 Each delivery carries GitHub's headers (``X-GitHub-Event``, ``X-GitHub-Delivery``,
 ``X-GitHub-Hook-ID``, ``X-Hub-Signature-256``, ``User-Agent: GitHub-Hookshot/…``)
 and is recorded (GUID, event, status code) in the state. Like GitHub, a failed
-delivery is not retried; an admin redelivery reuses the GUID.
+delivery is not retried; a redelivery (REST or admin API) reuses the GUID.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from emulator.types import JSONObject
 
 #: GitHub expects an answer within 10 s and gives up after that.
 DELIVERY_TIMEOUT_SECONDS = 10.0
+#: How much of a receiver's answer is kept for ``GET /app/hook/deliveries/{id}``.
+MAX_KEPT_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "GitHub-Hookshot/emulator"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -134,6 +136,16 @@ def record(
     return delivery
 
 
+def record_redelivery(state: State, original: Delivery) -> Delivery:
+    """A new attempt of ``original`` (new id, same GUID, event and payload), marked ``redelivery``.
+
+    Shared by the REST API (``POST /app/hook/deliveries/{id}/attempts``) and the
+    admin API, so both redeliver the same way; the caller sends it.
+    """
+    app = state.apps[original.app_id]
+    return record(state, app, original.event, original.payload, guid=original.guid, redelivery=True)
+
+
 def delivery_headers(app: App, delivery: Delivery, body: bytes) -> dict[str, str]:
     headers = {
         "Content-Type": "application/json",
@@ -161,19 +173,54 @@ async def send(state: State, delivery: Delivery) -> Delivery:
         return delivery
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     headers = delivery_headers(app, delivery, body)
+    delivery.url, delivery.request_headers = app.webhook_url, headers
     started = time.monotonic()
     try:
         async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, trust_env=False) as client:
             response = await client.post(app.webhook_url, content=body, headers=headers)
-        delivery.status_code = response.status_code
-        delivery.error = None
+        _answered(delivery, response)
     except httpx.HTTPError as exc:
-        delivery.status_code = None
-        delivery.error = f"{type(exc).__name__}: {exc}"
+        _unanswered(delivery, exc)
     delivery.duration_ms = round((time.monotonic() - started) * 1000, 1)
     delivery.delivered_at = time.time()
     state.save()
     return delivery
+
+
+def _answered(delivery: Delivery, response: httpx.Response) -> None:
+    """Keep the receiver's answer (headers as sent, body cut at a bound) for the deliveries API."""
+    delivery.status_code, delivery.error, delivery.failure = response.status_code, None, None
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in response.headers.raw:
+        name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    delivery.response_headers = headers
+    delivery.response_body = response.content[:MAX_KEPT_RESPONSE_BYTES].decode("utf-8", "replace")
+
+
+def _unanswered(delivery: Delivery, exc: httpx.HTTPError) -> None:
+    """No HTTP answer: keep the error (admin API) and GitHub's word for it (deliveries API)."""
+    delivery.status_code = None
+    delivery.error = f"{type(exc).__name__}: {exc}"
+    delivery.failure = failure_text(exc)
+    delivery.response_headers, delivery.response_body = None, None
+
+
+def failure_text(exc: httpx.HTTPError) -> str:
+    """GitHub's status for an attempt with no HTTP answer (its troubleshooting page's words).
+
+    A refused connection is "failed to connect to network", no answer within the
+    timeout "timed out", anything else (no such host, a dropped connection)
+    "failed to connect to host".
+    """
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "failed to connect to network"
+        cause = cause.__cause__ or cause.__context__
+    return "failed to connect to host"
 
 
 async def send_all(state: State, deliveries: list[Delivery]) -> None:

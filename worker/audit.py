@@ -1,10 +1,11 @@
 """The audit trail: every state change of every task, in an HMAC chain per installation.
 
-Capture and sealing are apart (``evidence.audit``). ``lifecycle.move`` captures each
-move inside its own transaction; the first move a worker makes for a task (it names
-the task's installation, ``INSTALLATION``) also captures the delivery's acceptance, with
-the time the web side accepted it. Steps that are not moves (decided, spawned, exited,
-pushed, gate results, check run posted) are captured with ``note``. Workers seal what
+Capture and sealing are apart (``evidence.audit``). The web side captures a task's
+acceptance in the script that stores it (``bot.enqueue``); ``lifecycle.move`` captures
+each later move inside its own transaction (the first move a worker makes records the
+task's installation, ``INSTALLATION``, for the ones after). Steps that are not moves
+(decided, spawned, exited, pushed, gate results, check run posted) are captured with
+``note``. Workers seal what
 was captured into the chain after each task and on every sweep, in batches, with a
 key derived from ``BATON_AUDIT_SECRET`` for that installation alone.
 
@@ -56,10 +57,6 @@ def moved(
 ) -> None:
     """Capture one state move inside ``lifecycle.move``'s MULTI (no reads)."""
     installation = _installation(known or fields.get(INSTALLATION))
-    if known is None and INSTALLATION in fields:
-        received = fields.get("received_at") or at
-        chain.record(pipe, installation, {"at": received, "task": task_id, "event": "accepted",
-                                          "delivery": fields.get("delivery", "")})  # fmt: skip
     event = {"at": at, "task": task_id, "event": "state", "from": before and str(before),
              "to": str(after), "detail": _detail(detail)}  # fmt: skip
     chain.record(pipe, installation, event)

@@ -38,6 +38,9 @@ class Context:
     #: BATON_SIGNING_KEY, BATON_AUDIT_SECRET, BATON_PUBLIC_URL: every check run's receipt and the
     #: audit chain (None only where nothing is ever published: `baton worker` refuses to start so).
     signer: Signer | None = None
+    #: BATON_REDELIVERY_INTERVAL (0: off) and BATON_REDELIVER_4XX (``worker.redeliver``).
+    redelivery_interval_s: float = 300.0
+    redeliver_4xx: bool = False
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -89,4 +92,5 @@ def fresh(redis_url: str) -> Context:
         signer = Signer(config.signing_key, config.audit_secret, config.public_url)
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
                    box.probe().network_cutoff, config.data_dir, config.agent_routes,
-                   config.agent_model_url, signer)  # fmt: skip
+                   config.agent_model_url, signer, config.redelivery_interval_s,
+                   config.redeliver_4xx)  # fmt: skip

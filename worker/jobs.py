@@ -68,8 +68,7 @@ def execute(
 ) -> dict[str, str]:
     try:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
-                       installation=str(task.installation_id or 0), received_at=task.received_at,
-                       delivery=task.delivery_id)  # fmt: skip
+                       installation=str(task.installation_id or 0))  # fmt: skip
     except lifecycle.IllegalMove:
         if handler is None:
             raise

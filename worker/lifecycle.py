@@ -14,7 +14,7 @@ record goes through this module.
 
 Every move is also captured for the installation's audit chain, in the same
 transaction (``worker.audit``): a state change and its audit event exist together
-or not at all. The first move of a task records its acceptance too.
+or not at all (the web side captures the acceptance in its enqueue script).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ gaps:
   sweeps for leases that ran out and ends those tasks, so a dead worker's task
   is terminal within ``LEASE_S`` plus one sweep, and seals captured audit events
   into their chains (``worker.audit``);
+- idle workers take turns looking for webhooks GitHub failed to deliver and ask for
+  them again (``worker.redeliver``);
 - idle workers drain the publishing outbox (``worker.outbox``).
 
 The sweep during a job touches only Redis, so a slow GitHub can never delay a
@@ -40,7 +42,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from bot.errors import BatonError
-from worker import audit, context, jobs, lifecycle, outbox
+from worker import audit, context, jobs, lifecycle, outbox, redeliver
 from worker.context import Context
 from worker.publish import publisher
 from worker.runner import box
@@ -141,6 +143,8 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     if publish and ctx.github is not None:
         published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
     audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
+    if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
+        redeliver.maybe_run(ctx)
     return ended, published
 
 

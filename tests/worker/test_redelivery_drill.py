@@ -1,0 +1,170 @@
+"""Deliveries GitHub gave up on are found and redelivered: a drill with real workers.
+
+Redis stops taking writes (as during a restart or a failover), five labels get 503s, Redis
+comes back; `baton worker` processes find the five failed deliveries through GitHub's API
+(the emulator's), ask for each once, and the labels become tasks with their status comments,
+exactly once. A delivery that keeps failing is given up after three attempts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bot import queues, records
+from bot.redis_server import free_port
+from emulator import world
+from tests.conftest import EvidenceKeys
+from tests.worker.conftest import Stage
+from worker import redeliver
+from worker.context import Context
+
+INTERVAL_S = "1"
+
+
+class Pool:
+    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path, keys: EvidenceKeys) -> None:
+        self.stage, self.redis_url, self.tmp_path, self.keys = stage, redis_url, tmp_path, keys
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str) -> None:
+        env = {
+            **self.keys.env(),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "REDIS_URL": self.redis_url,
+            "APP_ID": str(self.stage.world.app_id),
+            "PRIVATE_KEY": self.stage.world.private_key,
+            "GITHUB_API_URL": self.stage.server.url,
+            "BATON_DATA_DIR": str(self.tmp_path / f"data-{name}"),
+            "BATON_REDELIVERY_INTERVAL": INTERVAL_S,
+            "LOG_LEVEL": "WARNING",
+        }
+        with (self.tmp_path / f"worker-{name}.log").open("ab") as out:
+            self.started.append(subprocess.Popen(
+                [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name],
+                env=env, stdout=out, stderr=out,
+            ))  # fmt: skip
+
+    def log(self) -> str:
+        return "".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp_path.glob("worker-*.log"))
+        )
+
+
+@pytest.fixture
+def pool(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Pool]:
+    found = Pool(stage, redis_url, tmp_path, evidence_keys)
+    yield found
+    for proc in found.started:
+        proc.terminate()
+    for proc in found.started:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, pool: Pool | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}\n{pool.log() if pool else ''}")
+
+
+def _redelivery_requests(stage: Stage) -> list[dict[str, Any]]:
+    return [r for r in stage.admin.requests()
+            if r["method"] == "POST" and r["path"].startswith("/app/hook/deliveries/")]  # fmt: skip
+
+
+def _counter(rdb: redis.Redis, name: str) -> int:
+    return int(rdb.hget(records.COUNTERS_KEY, name) or 0)
+
+
+def test_labels_lost_while_redis_took_no_writes_are_recovered_exactly_once(
+    stage: Stage, rdb: redis.Redis, pool: Pool
+) -> None:
+    numbers = [stage.issue(title=f"Fix widget {i}") for i in range(5)]
+    rdb.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")  # Redis stops taking writes
+    try:
+        sent = [stage.admin.label(world.REPO, n, ["agent:script"], sender="maria")["deliveries"][-1]
+                for n in numbers]  # fmt: skip
+    finally:
+        rdb.execute_command("CLIENT", "UNPAUSE")
+    assert [d["status_code"] for d in sent] == [503] * 5, sent
+    guids = [d["guid"] for d in sent]
+    assert not any(rdb.exists(queues.DEDUPE_PREFIX + g) for g in guids)  # nothing stored: they are lost
+
+    pool.start("a")
+    pool.start("b")  # two workers run the loop; one pass at a time
+    _wait(lambda: all(stage.baton_comments(n) for n in numbers), 60, "five status comments", pool)
+    asked = _redelivery_requests(stage)
+    assert len(asked) == 5, asked  # each failed delivery asked for once, by one of the two workers
+    assert all(rdb.exists(queues.DEDUPE_PREFIX + g) for g in guids)
+    for n in numbers:
+        assert len(stage.baton_comments(n)) == 1
+
+    time.sleep(3 * float(INTERVAL_S) + 1)  # later passes: nothing left to ask for
+    assert len(_redelivery_requests(stage)) == 5
+    _wait(lambda: _counter(rdb, "redelivery_recovered") == 5, 10, "five recoveries counted", pool)
+    assert _counter(rdb, "redelivery_requested") == 5
+    last = redeliver.last_pass(rdb)
+    assert last is not None
+    assert last["requested"] == []
+
+
+def test_a_delivery_that_keeps_failing_is_given_up_after_three_attempts(
+    stage: Stage, rdb: redis.Redis
+) -> None:
+    closed = free_port()  # nothing listens there: every attempt fails to connect
+    number = stage.issue()  # delivered; only the label below fails
+    stage.admin.update_app(stage.world.app_id, webhook_url=f"http://127.0.0.1:{closed}/api/github/webhooks")
+    [delivery] = stage.admin.label(world.REPO, number, ["agent:script"], sender="maria")["deliveries"]
+    assert not 200 <= (delivery["status_code"] or 0) < 300
+    ctx = _ctx(stage)
+    now = time.time()
+    passes = []
+    for i in range(4):
+        passes.append(redeliver.run_pass(ctx, 1.0, now=now + i))
+        _wait(lambda i=i: len(_attempts(stage, delivery["guid"])) >= min(i + 2, 3), 10, "the redelivery")
+    assert [len(p.requested) for p in passes] == [1, 1, 0, 0]
+    assert [p.given_up for p in passes] == [[], [], [delivery["guid"]], []]  # given up once
+    assert len(_attempts(stage, delivery["guid"])) == 3
+    assert _counter(rdb, "redelivery_given_up") == 1
+
+
+def _attempts(stage: Stage, guid: str) -> list[dict[str, Any]]:
+    return [d for d in stage.admin.deliveries() if d["guid"] == guid]
+
+
+def _ctx(stage: Stage) -> Context:
+    return dataclasses.replace(stage.ctx, redelivery_interval_s=1.0)
+
+
+def test_two_processes_due_at_once_make_one_pass(stage: Stage, rdb: redis.Redis) -> None:
+    ctx = _ctx(stage)
+    results: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(redeliver.maybe_run(ctx))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sum(r is not None for r in results) == 1
+    assert redeliver.maybe_run(ctx) is None  # not due again before the interval
