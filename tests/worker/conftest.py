@@ -3,7 +3,10 @@ receiving its signed webhooks into the test Redis, and a worker context to run t
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +18,14 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from bot import queues
 from bot.app import WEBHOOK_PATH, create_app
 from bot.settings import Settings
 from bot.tasks import Task
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
 from evidence.keys import SigningKey
-from tests.conftest import listening_socket, serve_app
+from tests.conftest import EvidenceKeys, listening_socket, serve_app
 from worker import lifecycle
 from worker.context import Context
 from worker.github.client import AppCredentials, GitHubApp
@@ -104,3 +108,52 @@ def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any
 @pytest.fixture
 def stage(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
     yield from make_stage(tmp_path, redis_url, rdb)
+
+
+#: What one `baton worker` serves in the real-process tests unless told otherwise.
+BOTH_QUEUES = f"{queues.CONTROL.name},{queues.AGENTS.name}"
+
+
+class Workers:
+    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path, keys: EvidenceKeys) -> None:
+        self.stage, self.redis_url, self.tmp_path, self.keys = stage, redis_url, tmp_path, keys
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, name: str, *, queues: str = BOTH_QUEUES, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """One `baton worker` (on the control and agents queues unless told), with a data directory
+        of its own (as on another machine)."""
+        environ = {
+            **self.keys.env(),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "REDIS_URL": self.redis_url,
+            "APP_ID": str(self.stage.world.app_id),
+            "PRIVATE_KEY": self.stage.world.private_key,
+            "GITHUB_API_URL": self.stage.server.url,
+            "BATON_DATA_DIR": str(self.tmp_path / f"data-{name}"),
+            "LOG_LEVEL": "WARNING",
+            **(env or {}),
+        }
+        with (self.tmp_path / f"worker-{name}.log").open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bot.cli", "worker", "--queues", queues],
+                env=environ, stdout=out, stderr=out,
+            )  # fmt: skip
+        self.started.append(proc)
+        return proc
+
+    def log(self) -> str:
+        return "".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp_path.glob("worker-*.log"))
+        )
+
+
+@pytest.fixture
+def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Workers]:
+    pool = Workers(stage, redis_url, tmp_path, evidence_keys)
+    yield pool
+    for proc in pool.started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

@@ -9,13 +9,9 @@ exactly once. A delivery that keeps failing is given up after three attempts.
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,57 +20,14 @@ import redis
 from bot import queues, records
 from bot.redis_server import free_port
 from emulator import world
-from tests.conftest import EvidenceKeys
-from tests.worker.conftest import Stage
+from tests.worker.conftest import Stage, Workers
 from worker import redeliver
 from worker.context import Context
 
 INTERVAL_S = "1"
 
 
-class Pool:
-    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path, keys: EvidenceKeys) -> None:
-        self.stage, self.redis_url, self.tmp_path, self.keys = stage, redis_url, tmp_path, keys
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, name: str) -> None:
-        env = {
-            **self.keys.env(),
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "REDIS_URL": self.redis_url,
-            "APP_ID": str(self.stage.world.app_id),
-            "PRIVATE_KEY": self.stage.world.private_key,
-            "GITHUB_API_URL": self.stage.server.url,
-            "BATON_DATA_DIR": str(self.tmp_path / f"data-{name}"),
-            "BATON_REDELIVERY_INTERVAL": INTERVAL_S,
-            "LOG_LEVEL": "WARNING",
-        }
-        with (self.tmp_path / f"worker-{name}.log").open("ab") as out:
-            self.started.append(subprocess.Popen(
-                [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name],
-                env=env, stdout=out, stderr=out,
-            ))  # fmt: skip
-
-    def log(self) -> str:
-        return "".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp_path.glob("worker-*.log"))
-        )
-
-
-@pytest.fixture
-def pool(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Pool]:
-    found = Pool(stage, redis_url, tmp_path, evidence_keys)
-    yield found
-    for proc in found.started:
-        proc.terminate()
-    for proc in found.started:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str, pool: Pool | None = None) -> None:
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, pool: Workers | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -93,7 +46,7 @@ def _counter(rdb: redis.Redis, name: str) -> int:
 
 
 def test_labels_lost_while_redis_took_no_writes_are_recovered_exactly_once(
-    stage: Stage, rdb: redis.Redis, pool: Pool
+    stage: Stage, rdb: redis.Redis, workers: Workers
 ) -> None:
     numbers = [stage.issue(title=f"Fix widget {i}") for i in range(5)]
     rdb.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")  # Redis stops taking writes
@@ -106,9 +59,10 @@ def test_labels_lost_while_redis_took_no_writes_are_recovered_exactly_once(
     guids = [d["guid"] for d in sent]
     assert not any(rdb.exists(queues.DEDUPE_PREFIX + g) for g in guids)  # nothing stored: they are lost
 
-    pool.start("a")
-    pool.start("b")  # two workers run the loop; one pass at a time
-    _wait(lambda: all(stage.baton_comments(n) for n in numbers), 60, "five status comments", pool)
+    quick = {"BATON_REDELIVERY_INTERVAL": INTERVAL_S}
+    workers.start("a", queues=queues.CONTROL.name, env=quick)
+    workers.start("b", queues=queues.CONTROL.name, env=quick)  # two workers run the loop; one pass at a time
+    _wait(lambda: all(stage.baton_comments(n) for n in numbers), 60, "five status comments", workers)
     asked = _redelivery_requests(stage)
     assert len(asked) == 5, asked  # each failed delivery asked for once, by one of the two workers
     assert all(rdb.exists(queues.DEDUPE_PREFIX + g) for g in guids)
@@ -117,7 +71,7 @@ def test_labels_lost_while_redis_took_no_writes_are_recovered_exactly_once(
 
     time.sleep(3 * float(INTERVAL_S) + 1)  # later passes: nothing left to ask for
     assert len(_redelivery_requests(stage)) == 5
-    _wait(lambda: _counter(rdb, "redelivery_recovered") == 5, 10, "five recoveries counted", pool)
+    _wait(lambda: _counter(rdb, "redelivery_recovered") == 5, 10, "five recoveries counted", workers)
     assert _counter(rdb, "redelivery_requested") == 5
     last = redeliver.last_pass(rdb)
     assert last is not None

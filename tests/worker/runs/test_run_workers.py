@@ -3,69 +3,23 @@ workers racing for one issue. Judged from the emulator's state and the processes
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot import queues
 from emulator import world
-from tests.conftest import EvidenceKeys
-from tests.worker.conftest import Stage
+from tests.worker.conftest import Stage, Workers
 from tests.worker.runs.test_runs_on_github import HELLO, _branch, _lock, _pulls, _status
 from worker import lifecycle
 from worker.runner import run as runner
 from worker.runs import admit, report
 
 SLOW = {"steps": [{"op": "sleep", "seconds": 3}, *HELLO["steps"]]}
-BOTH = f"{queues.CONTROL.name},{queues.AGENTS.name}"
-
-
-class Workers:
-    def __init__(self, stage: Stage, redis_url: str, tmp_path: Path, keys: EvidenceKeys) -> None:
-        self.stage, self.redis_url, self.tmp_path, self.keys = stage, redis_url, tmp_path, keys
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        """One `baton worker` on the control and agents queues, with a data directory of its own
-        (as on another machine)."""
-        env = {
-            **self.keys.env(),
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "REDIS_URL": self.redis_url,
-            "APP_ID": str(self.stage.world.app_id),
-            "PRIVATE_KEY": self.stage.world.private_key,
-            "GITHUB_API_URL": self.stage.server.url,
-            "BATON_DATA_DIR": str(self.tmp_path / f"data-{name}"),
-            "LOG_LEVEL": "WARNING",
-        }
-        with (self.tmp_path / f"worker-{name}.log").open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bot.cli", "worker", "--queues", BOTH], env=env, stdout=out, stderr=out
-            )
-        self.started.append(proc)
-        return proc
-
-    def log(self) -> str:
-        return "".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp_path.glob("worker-*.log"))
-        )
-
-
-@pytest.fixture
-def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Workers]:
-    pool = Workers(stage, redis_url, tmp_path, evidence_keys)
-    yield pool
-    for proc in pool.started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
 
 
 def _wait(predicate: Callable[[], Any], timeout: float, what: str, workers: Workers) -> float:
