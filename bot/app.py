@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -50,19 +50,25 @@ async def redis_gauges(client: aioredis.Redis, timeout: float) -> RedisGauges:
                 pipe.llen(Queue.redis_queue_namespace_prefix + spec.name)
             pipe.hgetall(records.COUNTERS_KEY)
             pipe.zcard(records.OUTBOX_KEY)
-            *depths, counters, outbox = await asyncio.wait_for(pipe.execute(), timeout)
+            pipe.hgetall(records.GITHUB_REQUESTS_KEY)
+            *depths, counters, outbox, calls = await asyncio.wait_for(pipe.execute(), timeout)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("metrics: Redis did not answer", extra={"error": str(exc) or type(exc).__name__})
         return RedisGauges.unknown(spec.name for spec in queues.ALL)
-    events: dict[str, int] = {}
-    for field, value in counters.items():
-        with contextlib.suppress(ValueError):
-            events[field.decode(errors="replace") if isinstance(field, bytes) else str(field)] = int(value)
     return RedisGauges(
         queue_depths={spec.name: int(n) for spec, n in zip(queues.ALL, depths, strict=True)},
-        worker_events=events,
+        worker_events=_counts(counters),
         outbox_pending=int(outbox),
+        github_requests=_counts(calls),
     )
+
+
+def _counts(found: Mapping[bytes | str, bytes | str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name, value in found.items():
+        with contextlib.suppress(ValueError):
+            counts[name.decode(errors="replace") if isinstance(name, bytes) else str(name)] = int(value)
+    return counts
 
 
 def bearer_matches(header: str | None, token: str) -> bool:

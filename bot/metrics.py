@@ -60,6 +60,8 @@ class RedisGauges:
     #: The worker's counters (``bot.records.COUNTERS_KEY``): event name -> count.
     worker_events: Mapping[str, int] = field(default_factory=dict)
     outbox_pending: int = 0
+    #: GitHub calls by "<task kind>:counted|free" (``bot.records.GITHUB_REQUESTS_KEY``).
+    github_requests: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def unknown(cls, queue_names: Iterable[str]) -> RedisGauges:
@@ -104,5 +106,14 @@ class Metrics:
                 "# HELP baton_outbox_pending Publications to GitHub not yet made (-1: Redis did not answer).",
                 "# TYPE baton_outbox_pending gauge",
                 f"baton_outbox_pending {redis.outbox_pending}",
+                "# HELP baton_github_requests_total GitHub API calls the workers made, by task kind; "
+                "rate_limited=false are 304s to conditional requests, which GitHub does not count.",
+                "# TYPE baton_github_requests_total counter",
             ]
+            for name, count in sorted(redis.github_requests.items()):
+                kind, _, counted = name.rpartition(":")
+                limited = "true" if counted == "counted" else "false"
+                lines.append(
+                    f'baton_github_requests_total{{kind="{_label(kind)}",rate_limited="{limited}"}} {count}'
+                )
         return "\n".join(lines) + "\n"

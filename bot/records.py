@@ -21,6 +21,9 @@ QUEUED = "queued"
 
 #: Counters the worker keeps for `/metrics` (a hash: field -> count); `baton serve` renders them.
 COUNTERS_KEY = "baton:counters"
+#: GitHub calls the workers made: a hash "<task kind>:counted|free" -> count, where "free" is a
+#: 304 to a conditional request (GitHub does not count it against the rate limit).
+GITHUB_REQUESTS_KEY = "baton:github-requests"
 #: Publications (status comments, check-run completions) not yet on GitHub: a sorted set of
 #: task ids scored by the time of their next attempt. Its size is a gauge in `/metrics`.
 OUTBOX_KEY = "baton:outbox"

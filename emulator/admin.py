@@ -89,11 +89,17 @@ class InspectAdmin(AdminBase):
     async def requests(self, body: dict[str, Any], _: dict[str, str], base: str) -> tuple[int, Any]:
         return 200, list(self.emu.requests.lines)
 
+    async def flush(self, body: dict[str, Any], _: dict[str, str], base: str) -> tuple[int, Any]:
+        """Write ``state.json`` now, for whoever reads the file while the server runs."""
+        self.emu.flush()
+        return 200, {"flushed": True}
+
 
 AdminHandler = Callable[[dict[str, Any], dict[str, str], str], Awaitable[tuple[int, Any]]]
 
 
-def _wrap(handler: AdminHandler) -> Callable[[Request], Awaitable[Response]]:
+def _wrap(handler: AdminHandler, *, persist: bool = True) -> Callable[[Request], Awaitable[Response]]:
+    """JSON in, JSON out, admin errors as ``{"message"}``; a non-GET call (``persist``) marks the state changed."""
     async def endpoint(request: Request) -> Response:
         raw = await request.body()
         body = parse_body(raw)
@@ -112,8 +118,8 @@ def _wrap(handler: AdminHandler) -> Callable[[Request], Awaitable[Response]]:
             return JSONResponse(exc.body(), status_code=exc.status)
         except (GitError, ValueError, TypeError) as exc:
             return JSONResponse({"message": f"{type(exc).__name__}: {exc}"}, status_code=422)
-        if request.method != "GET":
-            request.app.state.emulator.save()
+        if persist and request.method != "GET":
+            request.app.state.emulator.changed()
         return JSONResponse(out, status_code=status)
 
     return endpoint
@@ -163,6 +169,7 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("GET", "/requests", inspect.requests),
     ]
     out: list[BaseRoute] = [Route(PREFIX + path, _wrap(h), methods=[m]) for m, path, h in table]
+    out.append(Route(PREFIX + "/flush", _wrap(inspect.flush, persist=False), methods=["POST"]))
     out.append(Route(PREFIX + "/health", _wrap(_health), methods=["GET"]))
     return out
 

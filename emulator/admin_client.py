@@ -368,3 +368,7 @@ class AdminClient:
     def requests(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.call("GET", "/requests")
         return result
+
+    def flush(self) -> None:
+        """Have the emulator write ``state.json`` now (it otherwise does so within 200 ms)."""
+        self.call("POST", "/flush")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
 from starlette.requests import Request
 
 from emulator import webhooks
@@ -22,6 +23,7 @@ from emulator.auth import Caller, authorize_repo
 from emulator.errors import ApiError, not_found
 from emulator.faults import Faults
 from emulator.gitrepo import GitRepo
+from emulator.persist import Persister
 from emulator.ratelimit import RateLimiter
 from emulator.requestlog import RequestLog
 from emulator.state import App, Delivery, Issue, Repo, State
@@ -39,17 +41,32 @@ class Emulator:
         self.state = State.load(directory)
         if token_ttl_seconds is not None:
             self.state.settings.token_ttl_seconds = token_ttl_seconds
+        self.persister = Persister(self.state)
         self.faults = Faults()
         self.rate = RateLimiter()
         self.requests = RequestLog(directory)
         self._send_locks: dict[int, asyncio.Lock] = {}
+        self._hook_clients: dict[int, httpx.AsyncClient] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def git(self, repo: Repo) -> GitRepo:
         return GitRepo(self.directory / "repos" / repo.owner / f"{repo.name}.git")
 
-    def save(self) -> None:
-        self.state.save()
+    def changed(self) -> None:
+        """The state may have changed: ``state.json`` is rewritten shortly (see :mod:`emulator.persist`)."""
+        self.persister.changed()
+
+    def flush(self) -> None:
+        """Write ``state.json`` now if anything is unsaved (stop, exit, ``POST /_emulator/flush``)."""
+        self.persister.flush()
+
+    def hook_client(self) -> httpx.AsyncClient:
+        """This event loop's webhook client, made on first use and kept: one pool, one SSL context."""
+        key = id(asyncio.get_running_loop())
+        client = self._hook_clients.get(key)
+        if client is None or client.is_closed:
+            client = self._hook_clients[key] = webhooks.new_client()
+        return client
 
     async def deliver(self, deliveries: list[Delivery]) -> None:
         """Send deliveries one batch at a time, in the order their changes happened.
@@ -60,7 +77,10 @@ class Emulator:
         loop = asyncio.get_running_loop()
         lock = self._send_locks.setdefault(id(loop), asyncio.Lock())
         async with lock:
-            await webhooks.send_all(self.state, deliveries)
+            client = self.hook_client()
+            for delivery in deliveries:
+                await webhooks.send(client, self.state, delivery)
+                self.changed()
 
     async def schedule(self, deliveries: list[Delivery]) -> None:
         """Start delivering in the background and return at once.
@@ -71,6 +91,22 @@ class Emulator:
         task = asyncio.get_running_loop().create_task(self.deliver(deliveries))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Shut down on this loop: drop unsent deliveries, close the webhook client, write the state.
+
+        Deliveries still queued are cancelled, as they were when the loop simply
+        ended; only then is the client they would use closed.
+        """
+        loop = asyncio.get_running_loop()
+        unsent = [task for task in self._tasks if task.get_loop() is loop]
+        for task in unsent:
+            task.cancel()
+        await asyncio.gather(*unsent, return_exceptions=True)
+        client = self._hook_clients.pop(id(loop), None)
+        if client is not None:
+            await client.aclose()
+        self.persister.close()
 
 
 @dataclass

@@ -158,7 +158,7 @@ def routes(emu: Emulator) -> list[BaseRoute]:
                 emu, base, repo, before=before, after=emu.git(repo).branches(), sender=None, acting=caller.app
             )
             if pending:
-                emu.save()
+                emu.changed()
                 await emu.schedule(pending)
         return response
 

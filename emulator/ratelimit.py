@@ -29,8 +29,7 @@ class RateLimiter:
     def hit(self, key: str, limit: int) -> Window:
         """Count one request; the returned window says whether budget remains."""
         now = int(time.time())
-        if key == "anonymous":
-            limit = ANONYMOUS_LIMIT
+        limit = _limit(key, limit)
         with self._lock:
             window = self._windows.get(key)
             if window is None or window.reset <= now:
@@ -40,9 +39,24 @@ class RateLimiter:
             window.used += 1
             return Window(window.limit, window.used, window.reset)
 
+    def refund(self, key: str, limit: int) -> Window:
+        """Take back one counted request: GitHub does not count a conditional request answered 304."""
+        now = int(time.time())
+        with self._lock:
+            window = self._windows.get(key)
+            if window is None or window.reset <= now:  # the window it was counted in is gone
+                return Window(limit=_limit(key, limit), used=0, reset=now + WINDOW_SECONDS)
+            window.used = max(0, window.used - 1)
+            return Window(window.limit, window.used, window.reset)
+
     def reset(self) -> None:
         with self._lock:
             self._windows.clear()
+
+
+def _limit(key: str, limit: int) -> int:
+    """Unauthenticated callers get GitHub's 60 an hour whatever the setting."""
+    return ANONYMOUS_LIMIT if key == "anonymous" else limit
 
 
 def headers(window: Window) -> dict[str, str]:

@@ -1,7 +1,11 @@
 """``DIR/github-requests.jsonl``: one JSON line per API request, for tests and the demo.
 
-The keys are fixed (``method``, ``path``, ``query``, ``body``, ``status``) so
-other tools can read the log without knowing the emulator.
+The keys are fixed (``method``, ``path``, ``query``, ``body``, ``status``,
+``duration_ms``, ``counted``) so other tools can read the log without knowing
+the emulator. ``duration_ms`` is the time from the request's arrival to its
+answer being ready (not sent); ``counted`` says whether it used one request of
+the caller's primary rate limit (false for a 304, and for requests refused
+before the limit is consulted: faults, a bad API version, bad credentials).
 """
 
 from __future__ import annotations
@@ -34,8 +38,26 @@ class RequestLog:
         self.lines: list[JSONObject] = []
         self._lock = threading.Lock()
 
-    def record(self, method: str, path: str, query: dict[str, Any], body: Any, status: int) -> None:
-        line: JSONObject = {"method": method, "path": path, "query": query, "body": body, "status": status}
+    def record(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any],
+        body: Any,
+        status: int,
+        *,
+        duration_ms: float,
+        counted: bool,
+    ) -> None:
+        line: JSONObject = {
+            "method": method,
+            "path": path,
+            "query": query,
+            "body": body,
+            "status": status,
+            "duration_ms": duration_ms,
+            "counted": counted,
+        }
         text = json.dumps(line, separators=(",", ":"), sort_keys=False)
         with self._lock:
             self.lines.append(line)

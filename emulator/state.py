@@ -242,7 +242,7 @@ class Settings:
 
 
 class State:
-    """All records, keyed for the look-ups handlers need; saved on every change."""
+    """All records, keyed for the look-ups handlers need; saved shortly after changes (:mod:`emulator.persist`)."""
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory

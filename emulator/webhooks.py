@@ -24,6 +24,9 @@ from emulator.types import JSONObject
 
 #: GitHub expects an answer within 10 s and gives up after that.
 DELIVERY_TIMEOUT_SECONDS = 10.0
+#: Idle connections to receivers are dropped after this long: shorter than common servers'
+#: keep-alive (gunicorn 2 s, uvicorn and Node 5 s), so a reused one is rarely closed under us.
+KEEPALIVE_EXPIRY_SECONDS = 1.0
 #: How much of a receiver's answer is kept for ``GET /app/hook/deliveries/{id}``.
 MAX_KEPT_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "GitHub-Hookshot/emulator"
@@ -162,8 +165,17 @@ def delivery_headers(app: App, delivery: Delivery, body: bytes) -> dict[str, str
     return headers
 
 
-async def send(state: State, delivery: Delivery) -> Delivery:
-    """POST one delivery; the outcome (status or error) is written back to the record."""
+def new_client() -> httpx.AsyncClient:
+    """The client deliveries share (per event loop): connections and the SSL context are made once."""
+    limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS)
+    return httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, limits=limits, trust_env=False)
+
+
+async def send(client: httpx.AsyncClient, state: State, delivery: Delivery) -> Delivery:
+    """POST one delivery with ``client``; the outcome (status or error) is written back to the record.
+
+    The caller saves the state afterwards (the record changed).
+    """
     app = state.apps.get(delivery.app_id)
     if app is None or not app.webhook_url:
         delivery.error = "app has no webhook URL"
@@ -176,14 +188,14 @@ async def send(state: State, delivery: Delivery) -> Delivery:
     delivery.url, delivery.request_headers = app.webhook_url, headers
     started = time.monotonic()
     try:
-        async with httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_SECONDS, trust_env=False) as client:
-            response = await client.post(app.webhook_url, content=body, headers=headers)
+        response = await client.post(
+            app.webhook_url, content=body, headers=headers, timeout=DELIVERY_TIMEOUT_SECONDS
+        )
         _answered(delivery, response)
     except httpx.HTTPError as exc:
         _unanswered(delivery, exc)
     delivery.duration_ms = round((time.monotonic() - started) * 1000, 1)
     delivery.delivered_at = time.time()
-    state.save()
     return delivery
 
 
@@ -221,12 +233,6 @@ def failure_text(exc: httpx.HTTPError) -> str:
             return "failed to connect to network"
         cause = cause.__cause__ or cause.__context__
     return "failed to connect to host"
-
-
-async def send_all(state: State, deliveries: list[Delivery]) -> None:
-    """Send in order (GitHub does not promise order; in order is the kind choice)."""
-    for delivery in deliveries:
-        await send(state, delivery)
 
 
 def summary(delivery: Delivery) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def no_org_ceiling_notice(owner: str) -> str:
 def _cached_file(
     cache: redis.Redis, gh: GitHub[Any], full_name: str, path: str
 ) -> tuple[bytes | None, Source, api.RepoHead]:
-    head = api.repo_head(gh, full_name)
+    head = api.repo_head(gh, full_name, cache)
     key = f"{CACHE_PREFIX}{full_name}:{head.sha}:{path}"
     raw = cache.get(key)
     if raw is None:

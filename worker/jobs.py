@@ -39,6 +39,7 @@ from evidence.audit import AuditError
 from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
+from worker.github import transport
 from worker.handlers import AUTHORISED, HANDLERS, Result, failed
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
@@ -66,6 +67,18 @@ def run_agent(data: dict[str, Any]) -> dict[str, str]:
 def execute(
     ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None = None
 ) -> dict[str, str]:
+    kind = transport.TASK_KIND.set(task.kind.value if handler is None else "run")
+    try:
+        return _execute(ctx, task, handler)
+    finally:
+        transport.TASK_KIND.reset(kind)
+        try:
+            transport.flush(ctx.redis)
+        except redis.RedisError as exc:  # a count lost is not worth failing a task for
+            log.warning("could not record GitHub call counts", extra={"task": task.id, "error": str(exc)})
+
+
+def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None) -> dict[str, str]:
     try:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
                        installation=str(task.installation_id or 0))  # fmt: skip

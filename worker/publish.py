@@ -12,7 +12,9 @@ comment with no ordering, making two comments or letting an older task
 overwrite a newer state. So each issue has a record in Redis (the comment's id,
 and the ``received_at`` and id of the task that last wrote it), changed only by
 the holder of a short per-issue lock: a task older than the last writer writes
-nothing, and only the lock holder ever creates the comment.
+nothing, and only the lock holder ever creates the comment. The record marks a
+create before it is sent, so the next writer lists the issue's comments only if
+that create's answer may have been lost (a new issue's first status is one call).
 
 While an agent run holds the issue (``bot.records.RUN_LOCK_PREFIX``), other tasks'
 statuses ("a run is already in progress", a refusal) are shown but do not take the
@@ -145,7 +147,13 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         comment_id = int(record["comment_id"]) if record.get("comment_id") else None
         if comment_id is not None and theirs == mine and record.get("body_sha256") == digest:
             return f"status comment {comment_id} (already written)"
-        comment_id = _write(gh, pub, comment_id, app_id)
+        # Look before creating only where a create may already have landed (its answer lost):
+        # the record says so. A new issue's first status is one call, not a list and a create.
+        look = comment_id is not None or bool(record.get("creating"))
+        if comment_id is None:
+            cache.hset(issue, "creating", pub.task_id)
+            cache.expire(issue, ISSUE_TTL_S)
+        comment_id = _write(gh, pub, comment_id, app_id, look=look)
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
         mapping = {"comment_id": str(comment_id), "body_sha256": digest}
@@ -158,18 +166,22 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         _release(cache, lock, token)
 
 
-def _write(gh: GitHub[Any], pub: Publication, comment_id: int | None, app_id: int | None) -> int:
+def _write(
+    gh: GitHub[Any], pub: Publication, comment_id: int | None, app_id: int | None, *, look: bool
+) -> int:
     body, number = pub.comment or "", pub.number or 0
     if comment_id is not None and api.edit_comment(gh, pub.full_name, comment_id, body):
         return comment_id
+    if not look:
+        return api.create_comment(gh, pub.full_name, number, body)
     # Gone (deleted by someone), or never known: find it again or create it.
 
     def ours(comment: dict[str, Any]) -> bool:
         via = comment.get("performed_via_github_app")
         return is_status_comment(comment.get("body")) and isinstance(via, dict) and via.get("id") == app_id
 
-    # No id on record (a new issue, or Redis lost it): look before creating, so a comment whose
-    # creation answer was lost is found again instead of duplicated.
+    # Gone, or a create that may have landed: look before creating, so a comment whose creation
+    # answer was lost is found again instead of duplicated.
     return api.upsert_comment(gh, pub.full_name, number, body, ours)
 
 

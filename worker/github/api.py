@@ -8,11 +8,14 @@ decides anything: callers pass what to write and get back what GitHub said.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+import redis
 from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
@@ -23,6 +26,9 @@ from worker.github.retry import unwrap
 
 #: Comments read when looking for Baton's status comment (100 a page).
 MAX_COMMENT_PAGES = 10
+#: + request path -> {etag, body}: the last answer to a conditional GET (``conditional_get``).
+ETAG_PREFIX = "baton:etag:"
+ETAG_TTL_S = 24 * 3600
 
 
 #: GitHub's rules for names that Baton puts into request paths (payload data, so checked).
@@ -84,11 +90,41 @@ class RepoHead:
     sha: str
 
 
-def repo_head(gh: GitHub[Any], full_name: str) -> RepoHead:
-    repo = request(gh, "GET", repo_path(full_name))
+def repo_head(gh: GitHub[Any], full_name: str, cache: redis.Redis | None = None) -> RepoHead:
+    """Fresh: with ``cache``, both reads are conditional (a 304 is fresh, and free of the limit)."""
+    read: Callable[[str], Any] = (
+        functools.partial(conditional_get, gh, cache)
+        if cache is not None
+        else functools.partial(request, gh, "GET")
+    )
+    repo = read(repo_path(full_name))
     branch = str(repo["default_branch"])
-    sha = str(request(gh, "GET", f"{repo_path(full_name)}/branches/{branch}")["commit"]["sha"])
+    sha = str(read(f"{repo_path(full_name)}/branches/{branch}")["commit"]["sha"])
     return RepoHead(full_name, repo.get("private") is not False, branch, sha)
+
+
+def conditional_get(gh: GitHub[Any], cache: redis.Redis, path: str) -> Any:
+    """``GET path`` as a conditional request: GitHub answers 304 (which does not count against the
+    installation's rate limit) when the ETag it gave last time still matches, and the body kept
+    with that ETag is the answer. The ETag is GitHub's, of that body, so a 304 is as fresh as a 200."""
+    key = ETAG_PREFIX + path
+    etag, body = cache.hmget(key, ["etag", "body"])
+    tag = etag.decode() if isinstance(etag, bytes) else str(etag or "")
+    headers = {"If-None-Match": tag} if tag and body else {}
+    try:
+        response = gh.request("GET", path, headers=headers)
+    except GitHubException as exc:
+        raise github_error(exc, f"GET {path} failed") from unwrap(exc)
+    if response.status_code == 304 and body:
+        return orjson.loads(body)
+    data = response.json()
+    fresh = response.headers.get("etag")
+    if fresh:
+        with cache.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"etag": fresh, "body": response.content})
+            pipe.expire(key, ETAG_TTL_S)
+            pipe.execute()
+    return data
 
 
 def read_file(gh: GitHub[Any], full_name: str, path: str, ref: str) -> bytes | None:
@@ -133,6 +169,10 @@ def upsert_comment(
         if existing.get("body") != body:
             request(gh, "PATCH", f"{repo_path(full_name)}/issues/comments/{comment_id}", json={"body": body})
         return comment_id
+    return create_comment(gh, full_name, number, body)
+
+
+def create_comment(gh: GitHub[Any], full_name: str, number: int, body: str) -> int:
     created = request(gh, "POST", f"{repo_path(full_name)}/issues/{number}/comments", json={"body": body})
     return int(created["id"])
 

@@ -5,8 +5,8 @@ minute back and ``exp`` within ten minutes; the token exchange). Baton adds:
 tokens narrowed to the one repository and the permissions the job needs,
 shared through Redis sealed under the App's key (``worker.github.tokens``; the
 JWT never leaves the process); a time bound on every request, the token
-exchange included; the bounded retry policy; and invalidation when an
-installation changes.
+exchange included; the bounded retry policy; invalidation when an installation
+changes; and one connection pool per process for all of it (``transport``).
 
 Timeouts: githubkit gives its ``timeout`` to the httpx client, and httpx applies
 a client's timeout only to the request it was asked to send. The token
@@ -31,6 +31,7 @@ from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
 from bot.errors import BatonError
+from worker.github import transport
 from worker.github.retry import RetryPolicy, unwrap
 from worker.github.tokens import SealedTokenCache, SealedTokenStrategy
 
@@ -42,6 +43,9 @@ USER_AGENT = "Baton (+https://github.com/apps/baton)"
 #: for 10 s with an error, so waiting longer for a byte only waits for a GitHub that is gone.
 #: Pool: a free connection from our own client (no contention: one call at a time per client).
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0, pool=5.0)
+
+#: Every client of this process sends through one pool (``worker.github.transport``).
+_TRANSPORT = transport.SharedTransport()
 
 #: What each kind of job may do with its token; nothing more is ever asked for.
 PERMISSIONS: dict[str, dict[str, str]] = {
@@ -121,7 +125,8 @@ class GitHubApp:
             base_url=credentials.api_url,
             user_agent=USER_AGENT,
             timeout=self.timeout,
-            event_hooks={"request": [_bounded(self.timeout)]},
+            event_hooks={"request": [_bounded(self.timeout)], "response": [transport.count]},
+            transport=_TRANSPORT,
             cache_strategy=SealedTokenStrategy(tokens),
             http_cache=False,
             auto_retry=self.retry,

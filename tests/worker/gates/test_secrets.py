@@ -469,11 +469,13 @@ def test_a_real_git_diff(tmp_path: Path) -> None:
 
 def test_a_megabyte_line_is_scanned_only_in_its_head() -> None:
     gh = "ghp_" + body(36)
-    start = time.perf_counter()
+    # CPU time, not wall time (the suite shares its cores): a regex that backtracks on a megabyte
+    # line takes minutes, so a bound this loose still fails it, and no busy machine flakes it.
+    start = time.process_time()
     late = scan_added_lines("min.js", [(1, "a" * 1_000_000 + " " + gh)])
     early = scan_added_lines("min.js", [(1, "x " + gh + " " + "a" * 1_000_000)])
     cut = scan_added_lines("min.js", [(1, " " * (MAX_LINE_CHARS - 20) + gh)])  # straddles the bound
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 5.0
     assert late.findings == ()
     assert cut.findings == ()
     assert kinds(early) == [("min.js", 1, "github-token")]
@@ -484,13 +486,13 @@ def test_many_lines_finish_fast_and_findings_are_capped() -> None:
     patch = "+++ b/big\n@@ -0,0 +1,100000 @@\n" + "".join(
         f"+line {i} goes through the high ways of sk learning, AKIA and xox\n" for i in range(100_000)
     )
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: see the megabyte-line test
     assert scan_patch(patch).findings == ()
-    assert time.perf_counter() - start < 3.0
+    assert time.process_time() - start < 15.0
 
-    start = time.perf_counter()
+    start = time.process_time()
     result = scan_added_lines("big", ((i, f"t{i % 10} = '{gh}'") for i in range(1, 100_001)))
-    assert time.perf_counter() - start < 3.0
+    assert time.process_time() - start < 15.0
     assert len(result.findings) == MAX_FINDINGS
     assert result.truncated is True
     assert result.findings[-1].line == MAX_FINDINGS
