@@ -87,10 +87,12 @@ def repository(payload: Payload) -> Repository | None:
     repo = payload.get("repository")
     if not isinstance(repo, Mapping):
         return None
+    branch = repo.get("default_branch")
     return Repository(
         id=_int(repo, "id", "repository"),
         full_name=_str(repo, "full_name", "repository"),
         private=repo.get("private") is True,
+        default_branch=branch if isinstance(branch, str) else "",
     )
 
 

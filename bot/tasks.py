@@ -36,6 +36,9 @@ class Repository:
     id: int
     full_name: str
     private: bool
+    #: From the signed payload ("" where it names none); the worker may read the policy there
+    #: without asking GitHub for the repository again (``worker.config``).
+    default_branch: str = ""
 
 
 @dataclass(frozen=True, slots=True)

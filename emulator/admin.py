@@ -99,7 +99,8 @@ AdminHandler = Callable[[dict[str, Any], dict[str, str], str], Awaitable[tuple[i
 
 
 def _wrap(handler: AdminHandler, *, persist: bool = True) -> Callable[[Request], Awaitable[Response]]:
-    """JSON in, JSON out, admin errors as ``{"message"}``; a non-GET call (``persist``) marks the state changed."""
+    """JSON in and out, errors as ``{"message"}``; a non-GET call marks the state changed (``persist``)."""
+
     async def endpoint(request: Request) -> Response:
         raw = await request.body()
         body = parse_body(raw)

@@ -2,16 +2,21 @@
 
 Every GitHub-path request goes through :func:`_dispatch`, in GitHub's order:
 injected faults, the ``X-GitHub-Api-Version`` header, authentication, primary
-rate limit, the handler; then the answer gets GitHub's headers, one line in the
-request log, a state dump if anything may have changed, and its webhooks are
-sent after the response.
+rate limit, the handler; then the answer gets GitHub's headers (a 200 GET its
+``ETag``, and a 304 if ``If-None-Match`` matches it), one line in the request
+log, a note that the state may have changed (saved shortly after, see
+:mod:`emulator.persist`), and its webhooks are sent after the response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from emulator.auth import authenticate
 from emulator.core import ApiRequest, Emulator, Handler, RawBody, Reply, RouteSpec
 from emulator.errors import ApiError, not_found
 from emulator.faults import fault_error
+from emulator.ratelimit import Window
 from emulator.ratelimit import headers as rate_headers
 from emulator.requestlog import parse_body
 from emulator.state import Delivery
@@ -104,18 +110,15 @@ class _Call:
     request_id: str = field(default_factory=_request_id)
     headers: dict[str, str] = field(default_factory=dict)
     pending: list[Delivery] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    #: the rate-limit key this request was counted against; None: not counted (or taken back)
+    rate_key: str | None = None
 
 
 async def _dispatch(emu: Emulator, request: Request, handler: Handler | None) -> Response:
     raw = await request.body()
     call = _Call(request=request, raw=raw, body=parse_body(raw))
-    try:
-        reply = await _answer(emu, call, handler)
-    except ApiError as exc:
-        reply = Reply(exc.body(), status=exc.status, headers=exc.headers)
-    except Exception:  # an emulator bug: answer as GitHub's 500 does, keep the trace for whoever debugs
-        _log.exception("emulator failed on %s %s", request.method, request.url.path)
-        reply = Reply(ApiError(500, "Server Error").body(), status=500)
+    reply = await _safe_answer(emu, call, handler)
     headers = {
         "x-github-request-id": call.request_id,
         "x-github-media-type": "github.v3; format=json",
@@ -123,21 +126,79 @@ async def _dispatch(emu: Emulator, request: Request, handler: Handler | None) ->
         **call.headers,
         **reply.headers,
     }
-    emu.requests.record(request.method, request.url.path, _query(request), call.body, reply.status)
-    if request.method != "GET":
-        emu.save()
     task = BackgroundTask(emu.schedule, call.pending) if call.pending else None
+    response = _response(reply, headers, task)
+    reads = request.method in {"GET", "HEAD"}
+    if reads and reply.status == 200:
+        response = _conditional(emu, call, response)
+    duration_ms = round((time.perf_counter() - call.started) * 1000, 2)
+    emu.requests.record(request.method, request.url.path, _query(request), call.body, response.status_code,
+                        duration_ms=duration_ms, counted=call.rate_key is not None)  # fmt: skip
+    if not reads:
+        emu.changed()
+    return response
+
+
+async def _safe_answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
+    """The handler's reply, or the error GitHub would answer (an emulator bug: its 500)."""
+    try:
+        return await _answer(emu, call, handler)
+    except ApiError as exc:
+        return Reply(exc.body(), status=exc.status, headers=exc.headers)
+    except Exception:  # an emulator bug: answer as GitHub's 500 does, keep the trace for whoever debugs
+        _log.exception("emulator failed on %s %s", call.request.method, call.request.url.path)
+        return Reply(ApiError(500, "Server Error").body(), status=500)
+
+
+def _response(reply: Reply, headers: dict[str, str], task: BackgroundTask | None) -> Response:
     if reply.status == 204:
         return Response(status_code=204, headers=headers, background=task)
     if isinstance(reply.body, RawBody):
-        return Response(
-            reply.body.data,
-            status_code=reply.status,
-            headers=headers,
-            media_type=reply.body.media_type,
-            background=task,
-        )
+        return Response(reply.body.data, status_code=reply.status, headers=headers,
+                        media_type=reply.body.media_type, background=task)  # fmt: skip
     return JSONResponse(reply.body, status_code=reply.status, headers=headers, background=task)
+
+
+def etag_of(body: bytes) -> str:
+    """GitHub's ETag: weak, a hash of the body exactly as sent."""
+    return f'W/"{hashlib.sha256(body).hexdigest()}"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """``If-None-Match`` uses weak comparison (RFC 9110 13.1.2): ``W/`` is ignored, ``*`` matches."""
+    if not if_none_match:
+        return False
+    wanted = etag.removeprefix("W/")
+    return any(
+        tag == "*" or tag.removeprefix("W/") == wanted for tag in map(str.strip, if_none_match.split(","))
+    )
+
+
+def _conditional(emu: Emulator, call: _Call, response: Response) -> Response:
+    """Tag a 200 GET; if the caller already has this body, answer 304 without counting the request.
+
+    GitHub: "Making a conditional request and receiving a 304 response does
+    not count against your primary rate limit." The 304 has no body and keeps
+    every header but the body's own (``content-type``, ``content-length``).
+    """
+    etag = etag_of(bytes(response.body))
+    response.headers["etag"] = etag
+    if not etag_matches(call.request.headers.get("if-none-match"), etag):
+        return response
+    headers = {k: v for k, v in response.headers.items() if k not in {"content-type", "content-length"}}
+    window = _uncount(emu, call)
+    if window is not None:
+        headers.update(rate_headers(window))
+    return Response(status_code=304, headers=headers, background=response.background)
+
+
+def _uncount(emu: Emulator, call: _Call) -> Window | None:
+    """Give back the request counted against the caller's limit; the window as it now stands."""
+    if call.rate_key is None:
+        return None
+    window = emu.rate.refund(call.rate_key, emu.state.settings.rate_limit)
+    call.rate_key = None
+    return window
 
 
 async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
@@ -152,6 +213,7 @@ async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
     check_api_version(request.headers.get("x-github-api-version"))
     caller = authenticate(emu.state, request.headers.get("authorization"))
     window = emu.rate.hit(caller.rate_key, emu.state.settings.rate_limit)
+    call.rate_key = caller.rate_key
     call.headers.update(rate_headers(window))
     if window.used > window.limit:
         raise ApiError(
@@ -177,14 +239,24 @@ def _endpoint(emu: Emulator, handler: Handler | None) -> Any:
 
 
 def create_app(directory: Path, *, token_ttl_seconds: float | None = None) -> Starlette:
-    """An emulator rooted at ``directory`` (state, repos and request log live there)."""
+    """An emulator rooted at ``directory`` (state, repos and request log live there).
+
+    Its lifespan's shutdown closes the webhook client and writes the state:
+    run it with lifespan on (``uvicorn.run`` does by default).
+    """
     emu = Emulator(directory, token_ttl_seconds=token_ttl_seconds)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await emu.aclose()
+
     routes: list[BaseRoute] = [*admin.routes(emu), *githttp.routes(emu)]
     for method, path, handler in API_ROUTES:
         routes.append(Route(path, _endpoint(emu, handler), methods=[method]))
     # Unknown paths and methods: GitHub answers 404 (logged like any API call).
     all_methods = ["GET", "POST", "PATCH", "PUT", "DELETE", "HEAD", "OPTIONS"]
     routes.append(Route("/{rest:path}", _endpoint(emu, None), methods=all_methods))
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.emulator = emu
     return app

@@ -1,7 +1,10 @@
 """Run the emulator: in the foreground (the CLI) or on a background thread (tests, the demo).
 
 Both bind to 127.0.0.1 only. :class:`EmulatorServer` picks a free port when
-given 0 and waits, with a deadline, until the server answers.
+given 0 and waits, with a deadline, until the server answers. Both run the
+app's lifespan, whose shutdown closes the webhook client and writes
+``state.json``; both also write it once the server has stopped, in case the
+shutdown was cut short (a second Ctrl-C, a stop that timed out).
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ def free_port() -> int:
 
 
 def serve(directory: Path, port: int, *, token_ttl_seconds: float | None = None) -> None:
-    """Serve in the foreground until interrupted."""
+    """Serve in the foreground until SIGINT/SIGTERM; the state is on disk when it returns."""
     app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
-    uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False,
-                timeout_keep_alive=KEEP_ALIVE_SECONDS)  # fmt: skip
+    try:
+        uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False,
+                    timeout_keep_alive=KEEP_ALIVE_SECONDS, lifespan="on")  # fmt: skip
+    finally:
+        app.state.emulator.flush()
 
 
 class EmulatorServer:
@@ -53,7 +59,7 @@ class EmulatorServer:
         self._socket.bind((HOST, port))
         self.port: int = self._socket.getsockname()[1]
         self.app = create_app(directory, token_ttl_seconds=token_ttl_seconds)
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
                                 timeout_keep_alive=KEEP_ALIVE_SECONDS)  # fmt: skip
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -79,9 +85,11 @@ class EmulatorServer:
         return self
 
     def stop(self) -> None:
+        """Shut down; afterwards ``state.json`` holds everything (another server may load it)."""
         self._server.should_exit = True
         self._thread.join(timeout=START_TIMEOUT_SECONDS)
         self._socket.close()
+        self.emulator.flush()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

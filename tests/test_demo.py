@@ -62,7 +62,8 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     lines = (out / "github-requests.jsonl").read_text().splitlines()
     assert lines
     for line in lines:
-        assert set(json.loads(line)) == {"method", "path", "query", "body", "status"}
+        keys = {"method", "path", "query", "body", "status", "duration_ms", "counted"}
+        assert set(json.loads(line)) == keys
     # The worker never asked GitHub for a token wider than one repository.
     tokens = [json.loads(x) for x in lines if json.loads(x)["path"].endswith("/access_tokens")]
     assert tokens

@@ -30,6 +30,7 @@ import redis
 from githubkit import GitHub
 
 from bot.errors import BatonError
+from bot.tasks import Repository
 from worker.github import api
 from worker.github.client import GitHubApp, GitHubError
 from worker.policy import Merged, PolicyDoc, merge, org_policy, parse
@@ -83,9 +84,9 @@ def no_org_ceiling_notice(owner: str) -> str:
 
 
 def _cached_file(
-    cache: redis.Redis, gh: GitHub[Any], full_name: str, path: str
+    cache: redis.Redis, gh: GitHub[Any], full_name: str, path: str, *, private_branch: str = ""
 ) -> tuple[bytes | None, Source, api.RepoHead]:
-    head = api.repo_head(gh, full_name, cache)
+    head = api.repo_head(gh, full_name, cache, private_branch=private_branch)
     key = f"{CACHE_PREFIX}{full_name}:{head.sha}:{path}"
     raw = cache.get(key)
     if raw is None:
@@ -134,7 +135,10 @@ def load(
     full_name: str,
     *,
     require_org_policy: bool = False,
+    facts: Repository | None = None,
 ) -> LoadedPolicy:
+    """The effective policy. ``facts``: the repository as the signed payload described it (see
+    ``api.repo_head`` for what is taken on its word)."""
     owner = full_name.split("/", 1)[0]
     org_full = f"{owner}/{ORG_REPO}"
     repo_gh = app.for_repository(installation_id, full_name, "read")
@@ -162,7 +166,10 @@ def load(
         raise BatonError(
             "org-policy-unreachable", f"reading the ceiling in {org_full}: {exc.message}"
         ) from exc
-    repo_data, repo_source, head = _cached_file(cache, repo_gh, full_name, REPO_PATH)
+    known = (
+        facts.default_branch if facts is not None and facts.private and facts.full_name == full_name else ""
+    )
+    repo_data, repo_source, head = _cached_file(cache, repo_gh, full_name, REPO_PATH, private_branch=known)
     sources.append(repo_source)
     repo_doc = _doc(repo_data, repo_source)
     return LoadedPolicy(merge(org_policy(org_doc), repo_doc), tuple(sources), head, tuple(notices))

@@ -136,7 +136,7 @@ def _load(ctx: Context, task: Task) -> config.LoadedPolicy:
     """Step 2. Raises PolicyError (file:line:col) or BatonError, both ending the task closed."""
     repo, installation = _where(task)
     return config.load(ctx.need_github(), ctx.redis, installation, repo.full_name,
-                       require_org_policy=ctx.require_org_policy)  # fmt: skip
+                       require_org_policy=ctx.require_org_policy, facts=repo)  # fmt: skip
 
 
 def _policy_failed(task: Task, exc: PolicyError, *, speak: bool) -> Result:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.cli import build_parser
 from emulator.server import free_port
@@ -21,10 +24,9 @@ def test_parser_registers_emulator_command(tmp_path: Path) -> None:
     assert callable(args.handler)
 
 
-def test_baton_emulator_starts_and_answers(tmp_path: Path) -> None:
-    port = free_port()
+def _start(state: Path, port: int) -> subprocess.Popen[bytes]:
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             "-c",
@@ -33,21 +35,29 @@ def test_baton_emulator_starts_and_answers(tmp_path: Path) -> None:
             "--port",
             str(port),
             "--state",
-            str(tmp_path / "gh"),
+            str(state),
         ],
         cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], port: int) -> httpx.Response | None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/_emulator/health", timeout=1)
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return None
+
+
+def test_baton_emulator_starts_and_answers(tmp_path: Path) -> None:
+    port = free_port()
+    proc = _start(tmp_path / "gh", port)
     try:
-        deadline = time.monotonic() + 15
-        health = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/_emulator/health", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        health = _wait_healthy(proc, port)
         assert health is not None
         assert health.json() == {"ok": True}
         missing = httpx.get(f"http://127.0.0.1:{port}/repos/a/b", timeout=5)
@@ -57,3 +67,25 @@ def test_baton_emulator_starts_and_answers(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_state_is_on_disk_after_the_cli_is_stopped(tmp_path: Path, stop: signal.Signals) -> None:
+    """State is written shortly after a change; SIGTERM/SIGINT write whatever is still unsaved."""
+    port = free_port()
+    proc = _start(tmp_path / "gh", port)
+    try:
+        assert _wait_healthy(proc, port) is not None
+        for n in range(20):
+            created = httpx.post(
+                f"http://127.0.0.1:{port}/_emulator/users", json={"login": f"u{n}"}, timeout=5
+            )
+            assert created.status_code == 201
+        proc.send_signal(stop)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    users = json.loads((tmp_path / "gh" / "state.json").read_text())["users"]
+    assert [u["login"] for u in users] == [f"u{n}" for n in range(20)]

@@ -98,7 +98,9 @@ def test_every_api_request_is_one_log_line(world: World) -> None:
         api.get("/no/such/path")
     path = world.server.directory / "github-requests.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert all(list(line) == ["method", "path", "query", "body", "status"] for line in lines)
+    keys = ["method", "path", "query", "body", "status", "duration_ms", "counted"]
+    assert all(list(line) == keys for line in lines)
+    assert all(isinstance(line.pop("duration_ms"), float | int) for line in lines)
     token_line = lines[0]
     assert token_line["path"] == f"/app/installations/{world.installation_id}/access_tokens"
     assert token_line["status"] == 201
@@ -110,6 +112,7 @@ def test_every_api_request_is_one_log_line(world: World) -> None:
             "query": {"ref": "main"},
             "body": None,
             "status": 200,
+            "counted": True,
         },
         {
             "method": "POST",
@@ -117,8 +120,9 @@ def test_every_api_request_is_one_log_line(world: World) -> None:
             "query": {},
             "body": {"name": "x"},
             "status": 422,
+            "counted": True,
         },
-        {"method": "GET", "path": "/no/such/path", "query": {}, "body": None, "status": 404},
+        {"method": "GET", "path": "/no/such/path", "query": {}, "body": None, "status": 404, "counted": True},
     ]
     admin_paths = [line["path"] for line in lines if line["path"].startswith("/_emulator")]
     assert admin_paths == []

@@ -90,13 +90,23 @@ class RepoHead:
     sha: str
 
 
-def repo_head(gh: GitHub[Any], full_name: str, cache: redis.Redis | None = None) -> RepoHead:
-    """Fresh: with ``cache``, both reads are conditional (a 304 is fresh, and free of the limit)."""
+def repo_head(
+    gh: GitHub[Any], full_name: str, cache: redis.Redis | None = None, *, private_branch: str = ""
+) -> RepoHead:
+    """Fresh: with ``cache``, both reads are conditional (a 304 is fresh, and free of the limit).
+
+    ``private_branch``: the default branch of a repository the signed payload calls private, so
+    the repository itself is not read again (its body changes with every issue opened, so a
+    conditional read of it is rarely a 304). Only "private" is taken on the payload's word: it
+    can only add the private-data leg; "public" is always checked against GitHub."""
     read: Callable[[str], Any] = (
         functools.partial(conditional_get, gh, cache)
         if cache is not None
         else functools.partial(request, gh, "GET")
     )
+    if private_branch:
+        branch_data = read(f"{repo_path(full_name)}/branches/{private_branch}")
+        return RepoHead(full_name, True, private_branch, str(branch_data["commit"]["sha"]))
     repo = read(repo_path(full_name))
     branch = str(repo["default_branch"])
     sha = str(read(f"{repo_path(full_name)}/branches/{branch}")["commit"]["sha"])

@@ -178,7 +178,12 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
     repo, installation = _where(task)
     try:
         loaded = config.load(
-            app, ctx.redis, installation, repo.full_name, require_org_policy=ctx.require_org_policy
+            app,
+            ctx.redis,
+            installation,
+            repo.full_name,
+            require_org_policy=ctx.require_org_policy,
+            facts=repo,
         )
     except PolicyError as exc:
         return _policy_failed(task, exc, speak=True)
