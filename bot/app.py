@@ -31,6 +31,10 @@ METRICS_PATH = "/metrics"
 log = logging.getLogger("baton.app")
 
 
+#: How `baton serve`'s connections are named in Redis's CLIENT LIST (for operators, and the demo).
+CLIENT_NAME = "baton-serve"
+
+
 def redis_client(url: str, timeout: float) -> aioredis.Redis:
     """A client whose every wait is bounded by ``timeout`` (no unbounded retries)."""
     return aioredis.Redis.from_url(
@@ -39,6 +43,7 @@ def redis_client(url: str, timeout: float) -> aioredis.Redis:
         socket_timeout=timeout,
         retry_on_timeout=False,
         retry=None,
+        client_name=CLIENT_NAME,
     )
 
 

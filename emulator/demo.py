@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import redis
 
-from bot.app import WEBHOOK_PATH
+from bot.app import CLIENT_NAME, WEBHOOK_PATH
 from bot.redis_server import EmbeddedRedis
 from emulator import world
 from emulator.admin_client import AdminClient
@@ -596,14 +596,19 @@ def run(out: Path | None) -> int:
 
 
 def redis_restart_recovered(demo: Demo) -> Result:
-    """Redis refuses writes (a failover, a restart) while a maintainer labels an issue: Baton answers
+    """Redis stops taking writes (a restart) while a maintainer labels an issue: Baton answers
     503, GitHub gives up on that delivery, and the workers' redelivery pass gets it back."""
     number = demo.issue("Typo in the README", "maria", NOTHING)
-    demo.rdb.config_set("min-replicas-to-write", 1)  # every write refused, as in a failover
+    demo.rdb.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")  # type: ignore[no-untyped-call]
     try:
-        sent = demo.label(number, "script", "maria")
+        sent = demo.label(number, "script", "maria")  # Baton waits its BATON_REDIS_TIMEOUT, answers 503
+        # A restart drops the write Baton gave up on with its connection; so does this (a paused
+        # write would otherwise land once Redis resumes, and nothing would be lost to recover).
+        for client in demo.rdb.client_list():
+            if client.get("name") == CLIENT_NAME:
+                demo.rdb.client_kill_filter(_id=client["id"])
     finally:
-        demo.rdb.config_set("min-replicas-to-write", 0)
+        demo.rdb.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
     deadline = time.monotonic() + WAIT_S
     while not demo.baton_comments(number) and time.monotonic() < deadline:
         time.sleep(0.2)

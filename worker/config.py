@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from githubkit import GitHub
 
 from bot.errors import BatonError
-from bot.tasks import Repository
+from bot.tasks import Repository, Task
 from worker.github import api
 from worker.github.client import GitHubApp, GitHubError
 from worker.policy import Merged, PolicyDoc, merge, org_policy, parse
@@ -38,6 +38,9 @@ from worker.policy import Merged, PolicyDoc, merge, org_policy, parse
 ORG_REPO = ".github"
 ORG_PATH = "baton.yml"
 REPO_PATH = ".github/baton.yml"
+if TYPE_CHECKING:
+    from worker.context import Context
+
 CACHE_PREFIX = "baton:config:"
 CACHE_TTL_S = 24 * 3600
 #: + installation id: how visible the owner's `.github` is; dropped on installation events.
@@ -126,6 +129,15 @@ def visibility(
 def forget_visibility(cache: redis.Redis, installation_id: int) -> int:
     keys = list(cache.scan_iter(match=f"{VISIBILITY_PREFIX}{installation_id}:*", count=500))
     return int(cache.delete(*keys)) if keys else 0
+
+
+def for_task(ctx: Context, task: Task) -> LoadedPolicy:
+    """The policy in force for ``task``'s repository now, as every kind of task loads it."""
+    repo, installation = task.repository, task.installation_id
+    if repo is None or installation is None:
+        raise BatonError("no-repository", "the delivery names no repository or installation")
+    return load(ctx.need_github(), ctx.redis, installation, repo.full_name,
+                require_org_policy=ctx.require_org_policy, facts=repo)  # fmt: skip
 
 
 def load(

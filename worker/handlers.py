@@ -134,9 +134,7 @@ def _unauthorised(ctx: Context, task: Task, verdict: Authorization, *, say: bool
 
 def _load(ctx: Context, task: Task) -> config.LoadedPolicy:
     """Step 2. Raises PolicyError (file:line:col) or BatonError, both ending the task closed."""
-    repo, installation = _where(task)
-    return config.load(ctx.need_github(), ctx.redis, installation, repo.full_name,
-                       require_org_policy=ctx.require_org_policy, facts=repo)  # fmt: skip
+    return config.for_task(ctx, task)
 
 
 def _policy_failed(task: Task, exc: PolicyError, *, speak: bool) -> Result:

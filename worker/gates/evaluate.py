@@ -166,14 +166,7 @@ def evaluate(ctx: Context, task: Task, *, open_run: Any) -> tuple[int | None, Ve
         if pr.state != "open" or pr.head_sha != task.head_sha:
             why = "closed" if pr.state != "open" else f"superseded by {pr.head_sha[:12]}"
             return None, None, f"#{number} {why}: nothing to evaluate for {task.head_sha[:12]}"
-        loaded = config.load(
-            app,
-            ctx.redis,
-            installation,
-            repo.full_name,
-            require_org_policy=ctx.require_org_policy,
-            facts=repo,
-        )
+        loaded = config.for_task(ctx, task)
         policy = loaded.merged.policy
         key = _key(repo.id, pr.head_sha, policy.digest)
         reused = _stored(ctx.redis, key)
@@ -205,14 +198,7 @@ def evaluate(ctx: Context, task: Task, *, open_run: Any) -> tuple[int | None, Ve
                     ),
                     why,
                 )
-            again = config.load(
-                app,
-                ctx.redis,
-                installation,
-                repo.full_name,
-                require_org_policy=ctx.require_org_policy,
-                facts=repo,
-            ).merged.policy
+            again = config.for_task(ctx, task).merged.policy
             if again.digest != policy.digest or fresh.base_ref != pr.base_ref:
                 _complete_now(
                     ctx,

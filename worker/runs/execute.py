@@ -177,14 +177,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
     app = ctx.need_github()
     repo, installation = _where(task)
     try:
-        loaded = config.load(
-            app,
-            ctx.redis,
-            installation,
-            repo.full_name,
-            require_org_policy=ctx.require_org_policy,
-            facts=repo,
-        )
+        loaded = config.for_task(ctx, task)
     except PolicyError as exc:
         return _policy_failed(task, exc, speak=True)
     policy, head = loaded.merged.policy, loaded.repo
