@@ -272,7 +272,10 @@ def _send(world: World) -> dict[str, Any]:
     return sent
 
 
-def test_deliveries_share_one_kept_alive_connection(github_emulator: EmulatorServer) -> None:
+def test_deliveries_share_one_kept_alive_connection(
+    github_emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(webhooks, "KEEPALIVE_EXPIRY_SECONDS", 30.0)  # a slow machine is no reason to fail
     with _keep_alive_receiver() as (url, ports):
         world = build_world(github_emulator, webhook_url=url)
         try:
