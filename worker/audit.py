@@ -5,9 +5,9 @@ acceptance in the script that stores it (``bot.enqueue``); ``lifecycle.move`` ca
 each later move inside its own transaction (the first move a worker makes records the
 task's installation, ``INSTALLATION``, for the ones after). Steps that are not moves
 (decided, spawned, exited, pushed, gate results, check run posted) are captured with
-``note``. Workers seal what
-was captured into the chain after each task and on every sweep, in batches, with a
-key derived from ``BATON_AUDIT_SECRET`` for that installation alone.
+``note``. Workers seal what was captured into the chain after each task and on every
+sweep, in batches, with a key derived from ``BATON_AUDIT_SECRET`` for that installation
+alone.
 
 Events never hold a secret or a payload body: task ids, states, digests, numbers and
 the short reasons Baton writes itself.
@@ -15,7 +15,6 @@ the short reasons Baton writes itself.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 
@@ -25,8 +24,6 @@ from redis.client import Pipeline
 from bot.logs import timestamp
 from evidence import audit as chain
 from evidence.audit import AuditChain, derive_key
-
-log = logging.getLogger("baton.audit")
 
 #: The task record's field naming its installation (0: a delivery that names none).
 INSTALLATION = "installation"

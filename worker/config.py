@@ -35,12 +35,12 @@ from worker.github import api
 from worker.github.client import GitHubApp, GitHubError
 from worker.policy import Merged, PolicyDoc, merge, org_policy, parse
 
-ORG_REPO = ".github"
-ORG_PATH = "baton.yml"
-REPO_PATH = ".github/baton.yml"
 if TYPE_CHECKING:
     from worker.context import Context
 
+ORG_REPO = ".github"
+ORG_PATH = "baton.yml"
+REPO_PATH = ".github/baton.yml"
 CACHE_PREFIX = "baton:config:"
 CACHE_TTL_S = 24 * 3600
 #: + installation id: how visible the owner's `.github` is; dropped on installation events.

@@ -109,7 +109,7 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
             "state": "ended-elsewhere",
             "detail": result.detail,
         }
-    _seal(ctx)
+    seal_audit(ctx)
     # A failure's detail (never published: it may hold exception text) is the operator's to read.
     level = logging.WARNING if result.state in (State.FAILED, State.TIMED_OUT) else logging.INFO
     log.log(level, "task", extra={"task": task.id, "kind": task.kind.value, "state": result.state.value,
@@ -119,9 +119,9 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
     return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
 
 
-def _seal(ctx: Context) -> None:
-    """Seal the audit events this task captured now, not at the next sweep (best effort: what is
-    not sealed stays captured, and every sweep tries again)."""
+def seal_audit(ctx: Context) -> None:
+    """Seal captured audit events now (after each task, and on every sweep). Best effort: what is
+    not sealed stays captured, and the next try seals it."""
     try:
         audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
     except (redis.RedisError, AuditError) as exc:

@@ -151,8 +151,10 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         # the record says so. A new issue's first status is one call, not a list and a create.
         look = comment_id is not None or bool(record.get("creating"))
         if comment_id is None:
-            cache.hset(issue, "creating", pub.task_id)
-            cache.expire(issue, ISSUE_TTL_S)
+            with cache.pipeline(transaction=True) as pipe:
+                pipe.hset(issue, "creating", pub.task_id)
+                pipe.expire(issue, ISSUE_TTL_S)
+                pipe.execute()
         comment_id = _write(gh, pub, comment_id, app_id, look=look)
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")

@@ -16,6 +16,7 @@ so the envelope always fits a check run's text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,9 @@ MAX_NAME = 200
 MAX_ITEMS = 50
 
 
+@functools.cache
 def baton_version() -> str:
+    """Read once per process: every receipt names it, and the installed package does not change."""
     try:
         return metadata.version("baton")
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed

@@ -42,7 +42,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from bot.errors import BatonError
-from worker import audit, context, jobs, lifecycle, outbox, redeliver
+from worker import context, jobs, lifecycle, outbox, redeliver
 from worker.context import Context
 from worker.publish import publisher
 from worker.runner import box
@@ -142,7 +142,7 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     published = 0
     if publish and ctx.github is not None:
         published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
-    audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
+    jobs.seal_audit(ctx)
     if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
         redeliver.maybe_run(ctx)
     return ended, published

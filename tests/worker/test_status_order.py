@@ -9,9 +9,12 @@ from typing import Any
 from bot.tasks import Task
 from emulator import world
 from tests.worker.conftest import Stage
-from worker import outbox
+from worker import outbox, publish
+from worker.github import api
 from worker.jobs import execute
+from worker.publish import Publication
 from worker.rqworker import sweep
+from worker.status import MARKER
 
 
 def _two_deliveries(stage: Stage, number: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -63,3 +66,42 @@ def test_two_workers_racing_on_one_issue_leave_one_comment_showing_the_newest(st
             sweep(stage.ctx, publish=True)
         [comment] = stage.baton_comments(number)
         assert newer["guid"] in comment["body"], comment["body"]
+
+
+def _publication(stage: Stage, number: int, body: str) -> Publication:
+    repo_id = _repo_id(stage)
+    return Publication(f"task-{body}", "2026-11-30T00:00:00.000Z", stage.world.installation_id,
+                       world.REPO, repo_id, number, f"{MARKER}\n{body}")  # fmt: skip
+
+
+def _repo_id(stage: Stage) -> int:
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "read")
+    return int(api.request(gh, "GET", f"/repos/{world.REPO}")["id"])
+
+
+def test_a_create_whose_answer_was_lost_is_found_again_not_duplicated(stage: Stage) -> None:
+    """The record marks a create before sending it; the next writer sees the mark and looks first."""
+    number = stage.issue("Answer lost")
+    first = _publication(stage, number, "first")
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
+    # The first writer marked its create and GitHub made the comment, but the answer never came back.
+    stage.rdb.hset(f"{publish.ISSUE_PREFIX}{first.repo_id}:{number}", "creating", first.task_id)
+    api.create_comment(gh, world.REPO, number, first.comment or "")
+    before = len(stage.admin.requests())
+    second = _publication(stage, number, "second")
+    publish.write_status(gh, stage.rdb, second, stage.world.app_id)
+    [comment] = stage.baton_comments(number)
+    assert comment["body"].endswith("second")  # the lost one, edited; not a second comment
+    after = stage.admin.requests()[before:]
+    assert any(r["method"] == "GET" and r["path"].endswith(f"/issues/{number}/comments") for r in after)
+
+
+def test_a_new_issues_first_status_is_created_without_listing_comments(stage: Stage) -> None:
+    number = stage.issue("Fresh")
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
+    publish.write_status(gh, stage.rdb, _publication(stage, number, "only"), stage.world.app_id)
+    assert len(stage.baton_comments(number)) == 1
+    assert stage.requests("GET", f"/issues/{number}/comments") == []

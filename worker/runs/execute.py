@@ -342,8 +342,11 @@ def _publish(
         (report.TRIFECTA_CHECK, report.trifecta_check(explanation)),
         (report.AGENT_CHECK, report.agent_check(record)),
     ):
-        _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title, summary=summary,
-               sign=functools.partial(receipts_for, name), client=ctx.redis)  # fmt: skip
+        posted = _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title,
+                        summary=summary, sign=functools.partial(receipts_for, name))  # fmt: skip
+        if posted is not None:
+            audit.note(ctx.redis, task.installation_id, task.id, "check-run-posted", check=name,
+                       log_index=posted.index)  # fmt: skip
     fields = {**_usage_fields(record), "pull_request": str(pr["number"]), "head_sha": commit}
     return Result(
         State.PR_OPENED,
@@ -437,10 +440,10 @@ def _check(
     title: str,
     summary: str,
     sign: Callable[[], receipts.Receipt],
-    client: redis.Redis,
-) -> None:
+) -> receipts.Receipt | None:
     """A completed check run on ``sha``, once per task (a retry finds the one it made), carrying its
-    receipt, which is in the log before the check run exists."""
+    receipt, which is in the log before the check run exists. Returns that receipt; None when the
+    check run was already there."""
     existing = api.request(
         gh,
         "GET",
@@ -448,7 +451,7 @@ def _check(
         params={"check_name": name, "filter": "all"},
     )
     if any(r.get("external_id") == task_id for r in existing.get("check_runs", [])):
-        return
+        return None
     signed = sign()
     api.create_check_run(
         gh,
@@ -460,8 +463,7 @@ def _check(
         output=Output(title, summary, signed.text()),
         conclusion="success",
     )
-    installation = int(str(signed.log_entry["installation"]))
-    audit.note(client, installation, task_id, "check-run-posted", check=name, log_index=signed.index)
+    return signed
 
 
 def _explanation(record: Mapping[str, Any]) -> str:
