@@ -645,11 +645,12 @@ def _baton(
 
 
 def receipts_verify(demo: Demo, work: Path, port: int) -> Result:
-    """Each completed check run's receipt, saved as DIR/receipts/*.json (the bundle) and *.dsse.json
-    (the bare envelope), checked by `baton verify` with the public key alone; then the log's
-    newest checkpoint, and `baton log verify` from the first receipt's checkpoint to it."""
+    """Each completed check run's receipt, saved as DIR/receipts/*.json (the bundle) and
+    DIR/receipts/envelopes/*.json (the bare DSSE envelope, for tools that take only that),
+    checked by `baton verify` with the public key alone; then the log's newest checkpoint, and
+    `baton log verify` from the first receipt's checkpoint to it."""
     folder = work / "receipts"
-    folder.mkdir(exist_ok=True)
+    (folder / "envelopes").mkdir(parents=True, exist_ok=True)
     public = str(work / "keys" / "baton-signing-key.pub.pem")
     runs = [r for r in demo.admin.check_runs() if r["status"] == "completed"]
     failures, first = [], None
@@ -661,7 +662,9 @@ def receipts_verify(demo: Demo, work: Path, port: int) -> Result:
         bundle = json.loads(found.group(1))
         name = f"{i:02d}-{run['name'].replace('/', '-')}-{run['head_sha'][:12]}"
         (folder / f"{name}.json").write_text(json.dumps(bundle, indent=2) + "\n")
-        (folder / f"{name}.dsse.json").write_text(json.dumps(bundle["dsseEnvelope"], indent=2) + "\n")
+        (folder / "envelopes" / f"{name}.json").write_text(
+            json.dumps(bundle["dsseEnvelope"], indent=2) + "\n"
+        )
         first = first or bundle["logEntry"]["checkpoint"]
         done = _baton("verify", str(folder / f"{name}.json"), "--key", public,
                       "--commit", run["head_sha"], module="evidence.cli")  # fmt: skip

@@ -76,7 +76,7 @@ def _every_receipt_is_accepted_by_independent_verifiers(out: Path, checks: list[
     [pem] = (out / "keys").glob("*.pub.pem")
     public = PublicKey.from_pem(pem.read_bytes(), str(pem))
     key = SSlibKey.from_crypto(public.crypto, keyid=public.keyid)
-    envelopes = sorted((out / "receipts").glob("*.dsse.json"))
+    envelopes = sorted((out / "receipts" / "envelopes").glob("*.json"))
     assert len(envelopes) == len(checks)  # one receipt for every completed check run
     for path in envelopes:
         envelope = json.loads(path.read_text())
