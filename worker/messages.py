@@ -67,6 +67,8 @@ FAILURES: dict[str, str] = {
     "worker-lost": "The Baton worker running this task stopped before it finished.",
     "timed-out": "The task ran longer than its queue allows and was stopped.",
     "task-undecodable": "A newer or older Baton stored this task in a form this worker cannot read.",
+    "reserved-env": "The policy passes one of Baton's own settings to the agent, and an agent never "
+    "gets Baton's credentials, so nothing was run. An org admin must remove it from the agent's `env`.",
 }
 UNKNOWN = "Baton could not finish this task. The operator can find the details in the worker log."
 

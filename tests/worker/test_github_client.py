@@ -150,6 +150,7 @@ def test_check_run_output_over_githubs_limits_still_lands(stage: Stage) -> None:
     assert held["status"] == "completed"
     assert held["conclusion"] == "neutral"
     assert held["external_id"] == "task-1"
+    assert held["details_url"] == "https://baton.example/evidence/task-1"  # "Details" opens the receipt
     assert len(held["output"]["summary"].encode()) <= MAX_OUTPUT_CHARS
     assert held["output"]["summary"].endswith("Full evidence: https://baton.example/evidence/task-1")
     assert held["output"]["annotations_count"] == 120

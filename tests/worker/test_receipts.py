@@ -127,6 +127,7 @@ def test_merge_gate_receipts_are_in_toto_test_results(gated: Stage) -> None:
     passing = _open(gated, {"src/widgets.py": "def spin():\n    return 43\n"})
     gated.run(passing["delivery"])
     [run] = _runs(gated, passing["head"])
+    assert run["details_url"].startswith(f"{gated.ctx.signer.public_url}/.well-known/baton/log/")  # type: ignore[union-attr]
     found = verify_receipt(_bundle(run), keys, commit=passing["head"])
     assert found.predicate_type == statement.TEST_RESULT
     predicate = found.statement["predicate"]

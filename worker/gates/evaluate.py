@@ -249,17 +249,7 @@ def _judge(
         blobs = sorted({c.new_blob for c in changes if c.new_blob and c.new_mode in (0o100644, 0o100755)})
         sizes = inspect_git.blob_sizes(git, blobs)
         links, base_links = inspect_git.symlinks(git, head_tree), inspect_git.symlinks(git, base_tree)
-        patch = git.run(
-            "diff",
-            "-U0",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-            base,
-            head,
-        ).decode("utf-8", "replace")
+        patch = inspect_git.patch(git, base, head)
         commits_on_pr = inspect_git.commit_log(git, base, head)
         diff_sha256 = inspect_git.diff_digest(git, base, head)
     found_v = violations(

@@ -234,6 +234,8 @@ def complete_check_run(
         data: dict[str, Any] = {"output": {**base_output, **({"annotations": batch} if batch else {})}}
         if i == 0:
             data.update(status="completed", conclusion=conclusion)
+            if details_url:  # the run was created before its receipt existed: link it now
+                data["details_url"] = details_url
             if actions:
                 data["actions"] = actions_to_api(actions)
         request(gh, "PATCH", f"{repo_path(full_name)}/check-runs/{check_run_id}", json=data)

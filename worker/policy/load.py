@@ -6,7 +6,8 @@ Checks run in this order, and every failure names file:line:col:
    rest of the file cannot be trusted to mean what it says.
 2. The JSON Schema (schema.py) via _validate.py: unknown keys, types, enums,
    patterns, ranges. All findings are reported at once.
-3. What a schema cannot say: two gates with the same name.
+3. What a schema cannot say: two gates with the same name; an agent ``env``
+   naming one of Baton's own settings or a GitHub token (``reserved_env``).
 4. In ``org_policy`` only, what an org file must say and a repository file may
    leave out (a schema sees one document and cannot know whose it is): each
    agent's ``adapter`` and ``tools``, and ``command`` for the command adapter.
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.settings import KNOWN as BATON_SETTINGS
 from worker.policy import _yaml
 from worker.policy._validate import Path, show_path, validate
 from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
@@ -77,8 +79,26 @@ def parse(data: str | bytes, filename: str) -> PolicyDoc:
     return doc
 
 
+#: Variables that are never an agent's to have, whatever a policy says: GitHub's tokens.
+GITHUB_TOKENS = frozenset({"GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN"})
+
+
+def reserved_env(name: str) -> bool:
+    """Is ``name`` one of Baton's own settings (its App key, webhook and audit secrets, Redis URL,
+    signing key...) or a GitHub token? An agent never holds Baton's credentials."""
+    return name in BATON_SETTINGS or name.startswith("BATON_") or name in GITHUB_TOKENS
+
+
 def _semantic(doc: PolicyDoc) -> list[Problem]:
     problems = []
+    for agent, entry in doc.data.get("agents", {}).items():
+        for index, name in enumerate(entry.get("env", ())):
+            if reserved_env(name):
+                where: Path = ("agents", agent, "env", index)
+                problems.append(doc.problem(where, (
+                    f"{show_path(where)}: {name} is Baton's own setting or a GitHub token, and an agent "
+                    "never gets Baton's credentials; pass the agent a variable of its own "
+                    "(e.g. ANTHROPIC_API_KEY)")))  # fmt: skip
     seen: dict[str, int] = {}
     for index, gate in enumerate(doc.data.get("gates", ())):
         first = seen.setdefault(gate["name"], index)

@@ -23,7 +23,9 @@ if the workspace were an attacker's upload:
 2. ``inspect`` diffs the base tree against that tree (renames found, line
    counts with no attributes from the workspace, so ``*.py -diff`` hides
    nothing), walks the workspace with ``lstat`` for what git does not record,
-   and hands the facts to ``inspect_rules.violations``.
+   and hands the facts to ``inspect_rules.violations``. Added lines that look
+   like a credential (``worker.gates.secrets``) are a violation too: the branch
+   is pushed before any merge gate reads it, and a public branch is public.
 3. ``commit`` writes one commit on a new branch with ``commit-tree`` and
    ``update-ref`` (the branch must not exist; HEAD, the index and any checked
    out branch are never touched; hooks off, never signed).
@@ -41,6 +43,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from worker.gates import secrets
 from worker.runner import inspect_git as git_
 from worker.runner.inspect_git import (
     BRANCH_EXISTS,
@@ -229,6 +232,7 @@ def inspect(
         blobs = {c.new_blob for c in changes if c.new_mode in (MODE_FILE, MODE_EXECUTABLE)}
         sizes = git_.blob_sizes(git, sorted(blobs))
         links, base_links = git_.symlinks(git, new_tree), git_.symlinks(git, base_tree)
+        scanned = secrets.scan_patch(git_.patch(git, base_tree, new_tree))
     found = violations(
         changes,
         protected=protected,
@@ -238,7 +242,8 @@ def inspect(
         links=links,
         base_links=base_links,
     )
-    ordered = sorted({*found, *scan.violations}, key=lambda v: (v.path, v.code, v.detail))
+    leaked = [Violation(Code.SECRET, f.path, f"line {f.line}: {f.description}") for f in scanned.findings]
+    ordered = sorted({*found, *scan.violations, *leaked}, key=lambda v: (v.path, v.code, v.detail))
     return Inspection(base_tree, new_tree, tuple(changes), stat_of(changes), tuple(ordered))
 
 

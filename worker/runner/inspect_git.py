@@ -341,6 +341,16 @@ def commit_log(git: Git, base: str, tip: str) -> list[tuple[str, str, str]]:
     return found
 
 
+def patch(git: Git, base: str, head: str) -> str:
+    """The added and removed lines from ``base`` to ``head`` (no context, no config, textconv or
+    external diff): what the secret scanner reads."""
+    out = git.run(
+        "diff", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/",
+        base, head,
+    )  # fmt: skip
+    return out.decode("utf-8", "replace")
+
+
 def diff_digest(git: Git, base: str, head: str) -> str:
     """The sha256 a receipt names a change by: git's full binary patch from ``base`` to ``head``,
     with no config, textconv or external diff involved, so anyone can recompute it with

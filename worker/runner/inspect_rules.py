@@ -71,6 +71,7 @@ class Code(enum.StrEnum):
     SPECIAL_FILE = "special-file"
     BINARY_TOO_LARGE = "binary-too-large"
     FILE_TOO_LARGE = "file-too-large"
+    SECRET = "secret-material"
 
 
 class ChangeKind(enum.StrEnum):

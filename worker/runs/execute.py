@@ -48,6 +48,7 @@ from worker.github.limits import Output
 from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
 from worker.lifecycle import State
 from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, canonical_json, decide, explain
+from worker.policy.load import reserved_env
 from worker.publish import status_now
 from worker.runner import inspect_git
 from worker.runner import run as runner
@@ -487,8 +488,14 @@ def _co_author(ctx: Context, task: Task) -> str | None:
 
 
 def _env_names(policy: Policy, agent: str) -> tuple[str, ...]:
+    """The names whose values the agent gets. Loading refuses Baton's own settings; should a
+    policy reach here naming one anyway, the run is refused rather than handed the value."""
     found = policy.agents.get(agent)
-    return tuple(found.env) if found is not None else ()
+    names = tuple(found.env) if found is not None else ()
+    reserved = [name for name in names if reserved_env(name)]
+    if reserved:
+        raise BatonError("reserved-env", f"the policy passes {reserved[0]} to the agent: Baton's own setting")
+    return names
 
 
 def _secrets(policy: Policy, agent: str) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ CUSTOM = ["my-search", "quiet"]
 TOOLS = [*CATALOGUE, *CUSTOM, "mystery"]  # "mystery" is declared nowhere
 HOSTS = ["pypi.org", "example.com", "evil.io"]
 ENDPOINTS = ["api.anthropic.com", "api.openai.com"]
-ENV = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "SENTRY_DSN"]
+ENV = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "NPM_TOKEN", "SENTRY_DSN"]
 BOTS = ["dependabot[bot]", "renovate[bot]"]
 
 

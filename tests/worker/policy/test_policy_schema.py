@@ -165,7 +165,7 @@ def _listof(item: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 _TOOL = st.sampled_from(["read_repo", "web_fetch", "my-tool", "x:y"])
 _HOST = st.sampled_from(["api.anthropic.com", "pypi.org", "a-b.c"])
-_ENV = st.sampled_from(["ANTHROPIC_API_KEY", "GITHUB_TOKEN", "_x"])
+_ENV = st.sampled_from(["ANTHROPIC_API_KEY", "NPM_TOKEN", "_x"])
 _DURATION = st.sampled_from(["30m", "10s", "2h", "99999h"])
 _AGENT = st.fixed_dictionaries(
     {},

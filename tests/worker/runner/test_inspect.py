@@ -328,6 +328,22 @@ def test_the_agents_gitattributes_cannot_hide_lines(repo: Repo) -> None:
     assert (Code.DIFF_TOO_LARGE, "") in codes(result)
 
 
+def test_a_credential_the_agent_wrote_is_never_committed(repo: Repo) -> None:
+    """The branch is pushed before any merge gate reads it: a token in it would be public at once."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    ws = repo.workspace()
+    (ws / ".gitattributes").write_text("* -diff binary\n")  # cannot hide the line from the scan
+    (ws / "src" / "config.py").write_text(f'TOKEN = "{token}"\n')
+
+    result = repo.judge(ws)
+
+    assert not result.ok
+    assert (Code.SECRET, "src/config.py") in codes(result)
+    found = next(v for v in result.violations if v.code == Code.SECRET)
+    assert "line 1" in found.detail
+    assert token not in str(found)  # the finding never repeats the secret
+
+
 # --- symlinks ------------------------------------------------------------------------------------
 
 
@@ -690,7 +706,7 @@ def test_commit_refuses_bad_identities_and_naive_dates(repo: Repo) -> None:
 def test_violation_codes_are_stable_constants() -> None:
     assert {str(c) for c in Code} == {
         "protected-path", "protected-symlink", "diff-too-large", "symlink-escape", "gitmodules", "gitlink",
-        "git-metadata", "setuid", "special-file", "binary-too-large", "file-too-large",
+        "git-metadata", "setuid", "special-file", "binary-too-large", "file-too-large", "secret-material",
     }  # fmt: skip
     assert Violation(Code.GITLINK, "x", "d").to_data() == {"code": "gitlink", "path": "x", "detail": "d"}
 
