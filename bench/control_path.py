@@ -892,6 +892,20 @@ def log_problems(work: Path) -> dict[str, list[str]]:
     return found
 
 
+def cpu_ceiling(per_task: dict[str, float], cores: int) -> dict[str, float]:
+    """The most labels a second this machine's cores could carry at step 1's CPU cost per label,
+    with every process here (bench and emulator included), and with Baton's processes alone."""
+    everything = sum(per_task.values())
+    baton = sum(per_task.get(name, 0.0) for name in ("serve", "worker", "redis"))
+    return {
+        "cores": cores,
+        "all_ms": round(everything, 1),
+        "all_per_s": round(cores * 1000 / everything, 1) if everything else math.inf,
+        "baton_ms": round(baton, 1),
+        "baton_per_s": round(cores * 1000 / baton, 1) if baton else math.inf,
+    }
+
+
 def report(out: dict[str, Any]) -> None:
     e, s, r, c = out["emulator"], out["serial"], out["rate"], out["calls_serial"]
     t = {x["workers"]: x for x in out["throughput"]}
@@ -975,6 +989,12 @@ def report(out: dict[str, Any]) -> None:
     cpus = ", ".join(f"{k} {v}" for k, v in out["cpu_ms_per_task"].items())
     burst = ", ".join(f"{x['workers']} worker(s) {x['worker_cpu_ms_per_task']}" for x in out["throughput"])
     print(f"CPU ms per task, step 1: {cpus}; worker, step 3: {burst}")
+    ceiling = cpu_ceiling(out["cpu_ms_per_task"], os.cpu_count() or 1)
+    print(
+        f"CPU ceiling on {ceiling['cores']} cores: every process together spends {ceiling['all_ms']} ms per "
+        f"label, so at most {ceiling['all_per_s']} labels/s here; Baton's own (serve, worker, Redis) "
+        f"{ceiling['baton_ms']} ms, {ceiling['baton_per_s']} labels/s were GitHub elsewhere"
+    )
     for name, x in [("2", r), *((f"3/{x['workers']}", x) for x in out["throughput"])]:
         busy = ", ".join(f"{k} {v}%" for k, v in sorted(x["cpu"]["busy_pct"].items(), key=lambda kv: -kv[1]))
         print(f"CPU busy in step {name} (% of one core, over {x['cpu']['wall_s']} s): {busy}")
@@ -1034,6 +1054,7 @@ def main() -> int:
     out["log_problems"] = {name: len(lines) for name, lines in problems.items()}
     out["error"] = failed
     if failed is None:
+        out["cpu_ceiling"] = cpu_ceiling(out["cpu_ms_per_task"], os.cpu_count() or 1)
         report(out)
     else:
         print(f"bench/control_path: stopped: {failed}", file=sys.stderr)

@@ -7,6 +7,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -20,8 +21,11 @@ from bot import queues, records
 from bot.enqueue import Enqueuer
 from bot.evidence import EvidenceEndpoints
 from bot.logs import DeliveryLog
+from bot.manifest import DEFAULT_MANIFEST
 from bot.metrics import Metrics, RedisGauges
 from bot.settings import Settings
+from bot.setup_page import SetupPage
+from bot.status_page import StatusPage
 from bot.types import ASGIApp, Receive, Scope, Send
 from bot.webhooks import WebhookEndpoint
 
@@ -83,11 +87,28 @@ def bearer_matches(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and ok
 
 
-def create_app(settings: Settings, redis_url: str | None, delivery_log: DeliveryLog | None = None) -> ASGIApp:
+def _unauthorised(path: str, realm: str) -> Response:
+    return JSONResponse(
+        {"error": f"{realm}-unauthorised", "message": f"GET {path} needs Authorization: Bearer <token>"},
+        status_code=401,
+        headers={"WWW-Authenticate": f'Bearer realm="baton-{realm}"'},
+    )
+
+
+def create_app(
+    settings: Settings,
+    redis_url: str | None,
+    delivery_log: DeliveryLog | None = None,
+    *,
+    env_dir: Path | None = None,
+    manifest_path: Path = DEFAULT_MANIFEST,
+) -> ASGIApp:
     """Build the app. ``redis_url`` None (only in setup mode) means nothing can be stored.
 
     With ``settings.metrics_port``, `/metrics` is answered only on connections to
-    that port (and nothing else is); `baton serve` listens there too.
+    that port (and nothing else is); `baton serve` listens there too. `GET /` is the
+    setup page in setup mode (it writes `.env` to ``env_dir``, default the working
+    directory, as Probot does), and the status page otherwise.
     """
     metrics = Metrics()
     client = redis_client(redis_url, settings.redis_timeout) if redis_url else None
@@ -96,7 +117,9 @@ def create_app(settings: Settings, redis_url: str | None, delivery_log: Delivery
         secrets=settings.webhook_secrets,
         max_body_bytes=settings.max_body_bytes,
         app_id=int(settings.app_id) if settings.app_id else None,
-        enqueuer=enqueuer if not settings.setup_mode else None,
+        # Without a secret nothing can be verified (503 setup-mode); with one, deliveries are
+        # stored even before the App's key is there (the worker then says what is missing).
+        enqueuer=enqueuer if settings.webhook_secrets else None,
         metrics=metrics,
         log=delivery_log or DeliveryLog(),
     )
@@ -119,14 +142,7 @@ def create_app(settings: Settings, redis_url: str | None, delivery_log: Delivery
     async def metrics_endpoint(request: Request) -> Response:
         token = settings.metrics_token
         if token is not None and not bearer_matches(request.headers.get("authorization"), token):
-            return JSONResponse(
-                {
-                    "error": "metrics-unauthorised",
-                    "message": "GET /metrics needs Authorization: Bearer <token>",
-                },
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="baton-metrics"'},
-            )
+            return _unauthorised(METRICS_PATH, "metrics")
         gauges = await redis_gauges(client, settings.redis_timeout) if client is not None else None
         return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
@@ -139,10 +155,26 @@ def create_app(settings: Settings, redis_url: str | None, delivery_log: Delivery
                 await enqueuer.close()
             evidence.close()
 
+    status = StatusPage(settings, client)
+
+    async def status_endpoint(request: Request) -> Response:
+        # Read-only, but it names installations and repositories: private exactly as /metrics is.
+        token = settings.metrics_token
+        if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+            return _unauthorised("/", "status")
+        return await status(request)
+
+    if settings.setup_mode:
+        setup = SetupPage(settings, env_dir=env_dir or Path.cwd(), manifest_path=manifest_path,
+                          webhook_path=WEBHOOK_PATH)  # fmt: skip
+        home = setup.routes()
+    else:
+        home = [Route("/", status_endpoint, methods=["GET"])]
     routes = [
         Route(WEBHOOK_PATH, webhook, methods=["POST"]),  # reached only by non-POST (405)
         Route("/healthz", healthz),
         Route("/readyz", readyz),
+        *home,
         *evidence.routes(),
     ]
     metrics_route = Route(METRICS_PATH, metrics_endpoint)

@@ -24,6 +24,9 @@ COUNTERS_KEY = "baton:counters"
 #: GitHub calls the workers made: a hash "<task kind>:counted|free" -> count, where "free" is a
 #: 304 to a conditional request (GitHub does not count it against the rate limit).
 GITHUB_REQUESTS_KEY = "baton:github-requests"
+#: What each worker machine's box can enforce (``worker.runner.probe``): host -> JSON with
+#: ``network_cutoff``, ``problems`` and ``at`` (when that host's worker last started).
+BOX_PROBES_KEY = "baton:box-probes"
 #: Publications (status comments, check-run completions) not yet on GitHub: a sorted set of
 #: task ids scored by the time of their next attempt. Its size is a gauge in `/metrics`.
 OUTBOX_KEY = "baton:outbox"

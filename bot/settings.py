@@ -103,8 +103,10 @@ class Settings:
 
     @property
     def setup_mode(self) -> bool:
-        """With no webhook secret nothing can be verified, so nothing is accepted."""
-        return not self.webhook_secrets
+        """No App credentials yet (APP_ID or its private key missing): `GET /` offers the manifest
+        flow that makes them. Whether webhooks are accepted is a separate question: only with a
+        webhook secret (``webhook_secrets``), which that same flow creates."""
+        return self.app_id is None or self.private_key is None
 
     @property
     def public_keys(self) -> tuple[PublicKey, ...]:

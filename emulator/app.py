@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from emulator import (
     admin,
     githttp,
+    manifests,
     routes_apps,
     routes_checks,
     routes_hooks,
@@ -55,6 +56,7 @@ API_ROUTES: list[RouteSpec] = [
     *routes_pulls.ROUTES,
     *routes_checks.ROUTES,
     *routes_users.ROUTES,
+    *manifests.ROUTES,
 ]
 _log = logging.getLogger("emulator")
 _PRIMARY_DOCS = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
@@ -133,7 +135,8 @@ async def _dispatch(emu: Emulator, request: Request, handler: Handler | None) ->
         response = _conditional(emu, call, response)
     duration_ms = round((time.perf_counter() - call.started) * 1000, 2)
     emu.requests.record(request.method, request.url.path, _query(request), call.body, response.status_code,
-                        duration_ms=duration_ms, counted=call.rate_key is not None)  # fmt: skip
+                        duration_ms=duration_ms, counted=call.rate_key is not None,
+                        client_port=request.client.port if request.client else None)  # fmt: skip
     if not reads:
         emu.changed()
     return response
@@ -251,7 +254,8 @@ def create_app(directory: Path, *, token_ttl_seconds: float | None = None) -> St
         yield
         await emu.aclose()
 
-    routes: list[BaseRoute] = [*admin.routes(emu), *githttp.routes(emu)]
+    # The manifest flow's web form (a browser's POST, not the API) is the one web page it stands in for.
+    routes: list[BaseRoute] = [*admin.routes(emu), *githttp.routes(emu), *manifests.web_routes(emu)]
     for method, path, handler in API_ROUTES:
         routes.append(Route(path, _endpoint(emu, handler), methods=[method]))
     # Unknown paths and methods: GitHub answers 404 (logged like any API call).

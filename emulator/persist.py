@@ -5,8 +5,11 @@ Dumping the whole state on every request cost most of the emulator's CPU
 arms one timer on the event loop that made it; when it fires, the state is
 saved once, however many changes came in between. Stopping the server (and
 the CLI's SIGINT/SIGTERM) flushes, so only a hard kill loses anything: the
-changes of at most the last ``FLUSH_DELAY_SECONDS`` (plus any time the event
-loop spends blocked in a handler before the timer can run).
+changes of at most the last ``delay`` (plus any time the event loop spends
+blocked in a handler before the timer can run). The delay is ``FLUSH_DELAY_SECONDS``
+or, once the state is large, ``SAVE_SHARE`` times the last save's duration (at
+most ``MAX_DELAY_SECONDS``), so saving never takes more than a tenth of the
+emulator's time however large a benchmark makes the state.
 
 The timer runs on the loop that mutates the state, so the dump never races a
 handler that is half-way through changing a dict.
@@ -16,11 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 from emulator.state import State
 
 #: How long a change may wait in memory before ``state.json`` is rewritten.
 FLUSH_DELAY_SECONDS = 0.2
+#: A save may take this share of the time between saves, at most.
+SAVE_SHARE = 0.1
+MAX_DELAY_SECONDS = 2.0
 
 
 class Persister:
@@ -28,7 +35,7 @@ class Persister:
 
     def __init__(self, state: State, delay: float = FLUSH_DELAY_SECONDS) -> None:
         self.state = state
-        self.delay = delay
+        self.base_delay = self.delay = delay
         self._dirty = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
@@ -61,11 +68,14 @@ class Persister:
             if not self._dirty:
                 return
             self._dirty = False
+        started = time.monotonic()
         try:
             self.state.save()
         except BaseException:
             self._dirty = True  # try again on the next change or flush
             raise
+        took = time.monotonic() - started
+        self.delay = min(MAX_DELAY_SECONDS, max(self.base_delay, took / SAVE_SHARE))
 
     def close(self) -> None:
         """Disarm the timer and write what is left (server shutdown; any thread, loop running or not).

@@ -1,11 +1,13 @@
 """``DIR/github-requests.jsonl``: one JSON line per API request, for tests and the demo.
 
 The keys are fixed (``method``, ``path``, ``query``, ``body``, ``status``,
-``duration_ms``, ``counted``) so other tools can read the log without knowing
+``duration_ms``, ``counted``, ``client_port``) so other tools can read the log without knowing
 the emulator. ``duration_ms`` is the time from the request's arrival to its
 answer being ready (not sent); ``counted`` says whether it used one request of
 the caller's primary rate limit (false for a 304, and for requests refused
-before the limit is consulted: faults, a bad API version, bad credentials).
+before the limit is consulted: faults, a bad API version, bad credentials);
+``client_port`` is the caller's TCP port, so a test can tell a reused connection
+from a new one.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class RequestLog:
         *,
         duration_ms: float,
         counted: bool,
+        client_port: int | None = None,
     ) -> None:
         line: JSONObject = {
             "method": method,
@@ -57,6 +60,8 @@ class RequestLog:
             "status": status,
             "duration_ms": duration_ms,
             "counted": counted,
+            # Which connection it came on: a client that reuses its connections keeps its port.
+            "client_port": client_port,
         }
         text = json.dumps(line, separators=(",", ":"), sort_keys=False)
         with self._lock:

@@ -128,14 +128,14 @@ def test_serve_and_worker_as_separate_processes_on_redis_url(
         _wait_ready(base, serve)
         client = redis.Redis.from_url(redis_url)
         _deliver_and_wait(base, client)
-        # The supervisor runs one process per pool: gates+control and agents (each registers itself).
+        # The supervisor runs one process per pool: control, gates and agents (each registers itself).
         deadline = time.monotonic() + 30
-        while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
+        while len(client.smembers("rq:workers")) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
         queues_served = sorted(
             (client.hget(w, "queues") or b"").decode() for w in client.smembers("rq:workers")
         )
-        assert queues_served == ["baton-agents", "baton-gates,baton-control"]
+        assert queues_served == ["baton-agents", "baton-control", "baton-gates"]
         client.close()
     finally:
         assert _stop(work) == 0, _output(work)
@@ -246,10 +246,10 @@ def test_worker_supervisor_exits_nonzero_when_a_pool_process_stops_on_its_own(
     supervisor = _baton("worker", env=_env(tmp_path, evidence_keys, REDIS_URL=redis_url))
     try:
         deadline = time.monotonic() + 30
-        while len(client.smembers("rq:workers")) < 2 and time.monotonic() < deadline:
+        while len(client.smembers("rq:workers")) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
         children = Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children").read_text().split()
-        assert len(children) == 2
+        assert len(children) == 3  # control, gates, agents
         os.kill(int(children[0]), signal.SIGTERM)  # RQ finishes up and exits 0
         assert supervisor.wait(timeout=40) == 1, _output(supervisor)
         for pid in children:
@@ -338,3 +338,35 @@ def test_a_port_in_use_is_one_clear_line(tmp_path: Path, port: int, redis_url: s
     assert done.returncode == 2, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_host_and_port_flags_win_over_the_variables(tmp_path: Path, port: int, redis_url: str) -> None:
+    """HOST=127.0.0.2 and PORT=other are set; serve listens where --host and --port say, and nowhere else."""
+    other = free_port()
+    env = _env(tmp_path, None, HOST="127.0.0.2", PORT=str(other), REDIS_URL=redis_url)  # setup mode
+    serve = _baton("serve", "--host", "127.0.0.1", "--port", str(port), env=env)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", serve)
+        for where in (f"127.0.0.2:{port}", f"127.0.0.1:{other}", f"127.0.0.2:{other}"):
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"http://{where}/healthz", timeout=2)
+    finally:
+        assert _stop(serve) == 0, _output(serve)
+    assert f"http://127.0.0.1:{port}/" in _output(serve)
+
+
+def test_bad_host_and_port_flags(tmp_path: Path, port: int) -> None:
+    env = _env(tmp_path, None, BATON_METRICS_PORT=str(port))
+    clash = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)], env=env,
+                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert clash.returncode == 2
+    assert clash.stderr.strip() == (
+        f"baton serve: --port {port} is BATON_METRICS_PORT too: /metrics moves off the main port, "
+        "so choose another"
+    )
+    for flag, value in (("--port", "70000"), ("--port", "http"), ("--host", " ")):
+        done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", flag, value], env=env,
+                              capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert f"argument {flag}:" in done.stderr
+        assert "Traceback" not in done.stderr

@@ -22,6 +22,7 @@ commit once. A malformed file fails the task closed with file, line and column.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -103,7 +104,15 @@ def _cached_file(
 
 def _doc(data: bytes | None, source: Source) -> PolicyDoc | None:
     """Parse a file; PolicyError (with file:line:col) propagates to fail the task."""
-    return parse(data, f"{source.repository}/{source.path}") if data is not None else None
+    return _parsed(data, f"{source.repository}/{source.path}") if data is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(data: bytes, filename: str) -> PolicyDoc:
+    """Each file's bytes are parsed once per worker process: every task reads its policy again
+    (by ETag), and YAML parsing was a third of a control task's CPU. A PolicyDoc is read-only, so
+    tasks may share it; a file that fails to parse raises again each time (errors are not cached)."""
+    return parse(data, filename)
 
 
 def visibility(

@@ -1,7 +1,8 @@
 """`baton worker`: RQ workers over Baton's queues, one process per pool.
 
-Agent runs and short tasks (gates, control) are served by different
-processes, so a long agent run never delays a gate. The supervisor forwards
+Agent runs, merge gates and control tasks are served by different
+processes, so a long agent run never delays a gate, and a gate's commands
+(up to an hour) never delay a label's admission. The supervisor forwards
 SIGTERM/SIGINT to every child (RQ then finishes the current job: a warm
 shutdown) and exits when they have; if one child dies, the rest are stopped
 and the supervisor exits non-zero so the platform restarts the whole group.
@@ -25,7 +26,7 @@ from rq.serializers import JSONSerializer
 
 from bot import queues
 from worker import context
-from worker.rqworker import BatonWorker
+from worker.rqworker import BatonWorker, InProcessWorker
 
 log = logging.getLogger("baton.worker")
 
@@ -40,7 +41,7 @@ class Pool:
 
 
 def default_pools(agent_workers: int) -> list[Pool]:
-    pools = [Pool(SHORT_QUEUES, 1)]
+    pools = [Pool((queues.CONTROL.name,), 1), Pool((queues.GATES.name,), 1)]
     if agent_workers > 0:
         pools.append(Pool((queues.AGENTS.name,), agent_workers))
     return pools
@@ -59,12 +60,17 @@ def parse_queues(text: str) -> tuple[str, ...]:
     return names
 
 
+def worker_class(queue_names: Sequence[str]) -> type[BatonWorker]:
+    """Short queues alone run jobs in-process; a worker that may take an agent run forks for each job."""
+    return InProcessWorker if set(queue_names) <= set(SHORT_QUEUES) else BatonWorker
+
+
 def work(redis_url: str, queue_names: Sequence[str], *, burst: bool = False) -> int:
     """Run one RQ worker in this process until told to stop (or, in burst mode, until idle)."""
     context.configure(redis_url)
     connection = redis.Redis.from_url(redis_url)
     rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
-    worker = BatonWorker(rq_queues, connection=connection, serializer=JSONSerializer)
+    worker = worker_class(queue_names)(rq_queues, connection=connection, serializer=JSONSerializer)
     worker.work(
         burst=burst, with_scheduler=False, logging_level=logging.getLevelName(log.getEffectiveLevel())
     )

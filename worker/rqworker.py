@@ -1,4 +1,12 @@
-"""RQ's forking worker, plus what Baton needs when processes die.
+"""RQ's workers, plus what Baton needs when processes die.
+
+Agent runs fork a job process per job (``BatonWorker``): a run is long, holds a
+worktree and child processes, and must be killable without killing its worker.
+The short queues (control, gates) run their jobs in the worker's own process
+(``InProcessWorker``): a fork per job costs ~90 ms of a ~100 ms task (a new
+Python heap to fault in, new Redis and GitHub connections, caches rebuilt), and
+a job process cannot keep a connection pool for the next job. A job that kills
+its in-process worker is handled like any dead worker (its lease runs out).
 
 RQ alone notices a dead worker late: a job process killed by SIGKILL (as the
 OOM killer does) is marked failed without its failure callback, and when the
@@ -25,14 +33,18 @@ lease renewal into a false "worker lost".
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from rq import Worker
 from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job
@@ -41,6 +53,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from bot import records
 from bot.errors import BatonError
 from worker import context, jobs, lifecycle, outbox, redeliver
 from worker.context import Context
@@ -64,7 +77,13 @@ class BatonWorker(Worker):
         kwargs.setdefault("worker_ttl", WORKER_TTL_S)
         kwargs.setdefault("maintenance_interval", RENEW_EVERY_S)
         super().__init__(*args, **kwargs)
-        box.probe()  # once, here: every job process forked from this one inherits the answer
+        found = box.probe()  # once, here: every job process forked from this one inherits the answer
+        try:  # for the status page: what this machine's box enforces
+            self.connection.hset(records.BOX_PROBES_KEY, socket.gethostname(), json.dumps({
+                "network_cutoff": found.network_cutoff, "problems": list(found.problems),
+                "at": now().isoformat(timespec="seconds")}, sort_keys=True))  # fmt: skip
+        except redis.RedisError as exc:  # the worker's own start fails on Redis soon enough
+            log.warning("could not record the box probe", extra={"error": str(exc)})
         self._baton: Context | None = None
         self._rq_cleaned = 0.0
         self._stopping = False
@@ -124,6 +143,35 @@ class BatonWorker(Worker):
             log.exception("maintenance sweep failed")
         if self._stopping and self.get_state() != WorkerStatus.BUSY:
             raise StopRequested
+
+
+class InProcessWorker(BatonWorker):
+    """Runs each job in this process (as RQ's ``SimpleWorker``), for the control and gate queues.
+
+    RQ's job timeout still applies (SIGALRM in this, the main, thread). RQ renews a job's
+    heartbeats only while it waits on a job process, so a thread renews them here, with
+    the task's lease, and sweeps (Redis only), as the forking worker's loop does."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        self.prepare_execution(job)
+        done = threading.Event()
+        renewer = threading.Thread(target=self._renew, args=(job, done), name="baton-renew", daemon=True)
+        renewer.start()
+        try:
+            self.perform_job(job, queue)
+        finally:
+            done.set()
+            renewer.join(timeout=RENEW_EVERY_S)
+        self.set_state(WorkerStatus.IDLE)
+
+    def _renew(self, job: Job, done: threading.Event) -> None:
+        while not done.wait(RENEW_EVERY_S):
+            try:
+                self.maintain_heartbeats(job)
+            except StopRequested:
+                pass  # the main thread honours it once the job is done
+            except Exception:
+                log.exception("could not renew a running job's lease", extra={"task": job.id})
 
 
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 
-from bot import logs, redis_server, settings
+from bot import envfile, logs, redis_server, settings
 from bot.app import METRICS_PATH, WEBHOOK_PATH, create_app
 from bot.errors import ConfigError
 
@@ -56,7 +58,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="also run `baton worker` on the same Redis (serve exits if it does)",
     )
+    p.add_argument("--host", type=_host, help="address to listen on (wins over HOST; default 127.0.0.1)")
+    p.add_argument("--port", type=_port, help="port to listen on (wins over PORT; default 3000)")
     p.set_defaults(handler=run)
+
+
+def _host(text: str) -> str:
+    host = text.strip().strip("[]")  # [::1] as well as ::1
+    if not host or any(c.isspace() for c in host):
+        raise argparse.ArgumentTypeError(f"expected an address such as 0.0.0.0 or ::1, got {text!r}")
+    return host
+
+
+def _port(text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def with_flags(config: settings.Settings, host: str | None, port: int | None) -> settings.Settings:
+    """``config`` with --host/--port applied (flags win over HOST/PORT), checked as PORT is."""
+    config = dataclasses.replace(config, host=host or config.host, port=config.port if port is None else port)
+    if port is not None and config.metrics_port == port:
+        raise ConfigError(
+            "bad-setting",
+            f"--port {port} is BATON_METRICS_PORT too: /metrics moves off the main port, so choose another",
+        )
+    return config
+
+
+def _mode(config: settings.Settings, loaded: list[str]) -> str:
+    """What the start-up line adds: where settings came from, and what is not configured yet."""
+    said = f" (settings from ./{envfile.ENV_NAME}: {', '.join(loaded)})" if loaded else ""
+    if config.setup_mode:
+        said += (
+            f" (SETUP MODE: no APP_ID/PRIVATE_KEY; register the App at http://{config.host}:{config.port}/"
+            + ("; webhooks answer 503 until WEBHOOK_SECRET is set" if not config.webhook_secrets else "")
+            + ")"
+        )
+    elif not config.webhook_secrets:
+        said += " (no WEBHOOK_SECRET: webhooks answer 503)"
+    return said
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -74,15 +116,20 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def refuse_unsigned(config: settings.Settings, *, worker: bool) -> None:
-    """Outside setup mode (and always with a worker) serve would hand out or make evidence nobody
-    signed: it stops before it binds a port, saying which variable to set."""
+    """A serve that accepts webhooks (it has a secret), holds App credentials, or runs a worker would
+    hand out or make evidence nobody signed: it stops before it binds a port, saying which variable
+    to set. Only setup mode with no webhook secret (it accepts nothing) starts without the keys: the
+    setup page's registration is what writes them."""
     missing = config.missing_evidence()
-    if missing is not None and (worker or not config.setup_mode):
+    if missing is not None and (worker or not config.setup_mode or config.webhook_secrets):
         raise ConfigError("missing-evidence", missing)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = settings.load()
+    # As Probot does: `.env` in the working directory (what the setup page writes) fills in what the
+    # environment does not set; the worker started with --worker inherits it.
+    loaded = envfile.load_into(os.environ, Path.cwd() / envfile.ENV_NAME)
+    config = with_flags(settings.load(), args.host, args.port)
     refuse_unsigned(config, worker=args.worker)
     logs.configure(config.log_level)
     embedded = None
@@ -101,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             argv = [sys.executable, "-m", "bot.cli", "worker"]
             worker = subprocess.Popen(argv, env=env)  # noqa: S603 - our own argv
         where = "embedded Redis" if embedded else "REDIS_URL"
-        mode = " (SETUP MODE: no WEBHOOK_SECRET, webhooks answer 503)" if config.setup_mode else ""
+        mode = _mode(config, loaded)
         metrics = (
             f"; metrics at http://{config.host}:{config.metrics_port}{METRICS_PATH}"
             if config.metrics_port is not None

@@ -404,12 +404,15 @@ def test_a_write_redis_refuses_is_503_with_its_own_code_and_stores_nothing(
 # -- operability -----------------------------------------------------------------------------
 
 
-def test_health_ready_and_metrics(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "setup_mode": False}
-    assert client.get("/readyz").json() == {"status": "ready", "setup_mode": False}
-    post(client, labeled())
-    post(client, example("issues", "labeled"))
-    text = client.get("/metrics").text
+def test_health_ready_and_metrics(redis_url: str) -> None:
+    # Setup mode is about the App's credentials (not the webhook secret): with them, it is off.
+    configured = settings(app_id="424242", private_key="-----BEGIN RSA PRIVATE KEY-----\n(unused)\n")
+    with TestClient(create_app(configured, redis_url)) as client:
+        assert client.get("/healthz").json() == {"status": "ok", "setup_mode": False}
+        assert client.get("/readyz").json() == {"status": "ready", "setup_mode": False}
+        post(client, labeled())
+        post(client, example("issues", "labeled"))
+        text = client.get("/metrics").text
     assert 'baton_deliveries_total{outcome="queued"} 1' in text
     assert 'baton_deliveries_total{outcome="ignored"} 1' in text
     assert "baton_enqueue_seconds_count 1" in text

@@ -3,7 +3,8 @@
 A job process killed by SIGKILL (the OOM killer's way) ends its task at once,
 through the same failure path as any failure; a worker killed outright takes
 its job process with it, and another worker ends the task once its lease runs
-out. Either way the issue says so, well within a minute.
+out. Either way the issue says so, well within a minute. A worker of the short
+queues alone runs its jobs in its own process: killed, it is noticed the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from worker import lifecycle
 TARGET_S = 60.0
 
 
-def _worker(stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys) -> subprocess.Popen[bytes]:
+#: A worker that may take agent runs forks a job process per job; one of the short queues alone does not.
+FORKING = f"{queues.CONTROL.name},{queues.AGENTS.name}"
+IN_PROCESS = queues.CONTROL.name
+
+
+def _worker(
+    stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys, served: str = FORKING
+) -> subprocess.Popen[bytes]:
     env = {
         **keys.env(),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -41,7 +49,7 @@ def _worker(stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys) -> subp
     }
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name],
+            [sys.executable, "-m", "bot.cli", "worker", "--queues", served],
             env=env, stdout=out, stderr=out,
         )  # fmt: skip
 
@@ -81,7 +89,12 @@ def _alive(pid: int) -> bool:
 
 
 def _start_stuck_run(
-    stage: Stage, redis_url: str, tmp_path: Path, workers: list[subprocess.Popen[bytes]], keys: EvidenceKeys
+    stage: Stage,
+    redis_url: str,
+    tmp_path: Path,
+    workers: list[subprocess.Popen[bytes]],
+    keys: EvidenceKeys,
+    served: str = FORKING,
 ) -> tuple[int, str]:
     """A labelled issue whose run is in flight: GitHub takes 50 s to answer the permission call."""
     stage.admin.add_fault(f"/repos/{world.REPO}/collaborators/*/permission", kind="latency",
@@ -90,7 +103,7 @@ def _start_stuck_run(
     task_id = stage.admin.label(world.REPO, number, ["agent:claude-code"], sender="maria")["deliveries"][-1][
         "guid"
     ]
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log", keys))
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log", keys, served))
     _wait(lambda: lifecycle.current(stage.rdb, task_id) == lifecycle.State.RUNNING, 30, "the run to start")
     return number, task_id
 
@@ -119,20 +132,23 @@ def test_a_killed_job_process_ends_its_task_at_once(
     assert workers[0].poll() is None  # the worker lives on
 
 
+@pytest.mark.parametrize("served", [FORKING, IN_PROCESS])
 def test_a_killed_worker_is_noticed_by_another_within_a_minute(
     stage: Stage,
     redis_url: str,
     tmp_path: Path,
     workers: list[subprocess.Popen[bytes]],
     evidence_keys: EvidenceKeys,
+    served: str,
 ) -> None:
-    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys)
-    [horse] = _children(workers[0].pid)
+    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys, served)
+    horses = _children(workers[0].pid)
+    assert len(horses) == (1 if served == FORKING else 0)
     workers[0].kill()  # SIGKILL: no cleanup at all
     workers[0].wait(timeout=10)
     killed = time.monotonic()
-    _wait(lambda: not _alive(horse), 10, "the job process to die with its worker")
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log", evidence_keys))
+    _wait(lambda: not any(_alive(h) for h in horses), 10, "the job process to die with its worker")
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log", evidence_keys, served))
     _wait(lambda: _says_failed(stage, number), TARGET_S, "the issue to say the run failed")
     assert time.monotonic() - killed < TARGET_S
     assert lifecycle.current(stage.rdb, task_id) == lifecycle.State.FAILED

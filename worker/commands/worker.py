@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from bot import logs, redis_server, settings
+from bot import envfile, logs, redis_server, settings
 from bot.errors import ConfigError
 from worker import pool
 
@@ -13,7 +15,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "worker",
         help="run workers over Baton's queues (agents, gates, control)",
-        description="Without --queues, starts one process for gates+control and "
+        description="Without --queues, starts one process for control tasks, one for merge gates and "
         "BATON_AGENT_WORKERS processes for agent runs. With --queues, runs one worker here.",
     )
     p.add_argument("--queues", help="comma-separated queue names for a single worker in this process")
@@ -22,6 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    envfile.load_into(os.environ, Path.cwd() / envfile.ENV_NAME)  # as `baton serve` does
     config = settings.load()
     missing = config.missing_evidence()
     if missing is not None:  # a worker signs every check run it completes: no key, no start
