@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     visibility.add_argument("--public", dest="private", action="store_false", help="public repository")
     ex.add_argument("--offline", action="store_true", help="decide the offline retry (no external_comm)")
+    ex.add_argument(
+        "--network-cutoff",
+        action="store_true",
+        help="decide as a worker whose box can cut the agent's network off (`baton doctor` on the workers' "
+        "machine says if it can); without it, a shell counts as open network",
+    )
     ex.add_argument("--json", action="store_true", help="print the Decision as canonical JSON")
     ex.set_defaults(handler=explain_command)
 
@@ -55,7 +61,8 @@ def explain_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    facts = TaskFacts(agent=args.agent, repo_private=args.private, offline=args.offline)
+    facts = TaskFacts(agent=args.agent, repo_private=args.private, offline=args.offline,
+                      network_cutoff=args.network_cutoff)  # fmt: skip
     try:
         decision = decide(merged.policy, facts)
     except UnknownAgent as exc:

@@ -120,7 +120,11 @@ class Verdict:
                 f"{self.scope} has used {used} of its {self.limit} agent minutes today (UTC); "
                 f"the budget resets at {self.resets_at}."
             )
-        return [first, f"The limit is {self.setting} in baton.yml."]
+        return [first, f"The limit is `{self.setting}`: {WHO_SETS}"]
+
+
+#: Who can change a limit: the org ceiling bounds it, a repository may only lower it.
+WHO_SETS = "the org's policy sets it, a repository's may lower it."
 
 
 def _utc(now: datetime) -> datetime:

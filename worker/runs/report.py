@@ -172,7 +172,8 @@ def over_budget(task_id: str, agent: str, lines: Sequence[str]) -> Status:
         details=lines,
         headline="💸 Over budget",
         next_steps=(
-            "Wait for the budget to reset, or ask an org admin to raise `limits` in `.github/baton.yml`.",
+            "Wait for the budget to reset, or ask an org admin to raise `limits` in the org's policy "
+            "(`baton.yml` in its `.github` repository).",
         ),
     )
 

@@ -145,6 +145,29 @@ def test_explain_public_repo_is_allowed(tmp_path: Path, capsys: pytest.CaptureFi
     assert "ALLOWED" in capsys.readouterr().out
 
 
+def test_explain_decides_a_shell_as_the_workers_box_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell is open network unless the box cuts it off: --network-cutoff says the workers' box does."""
+    org = _write(tmp_path, "org.yml", SHELL_ORG)
+    assert main(["gate", "explain", "--agent", "coder", "--org", org]) == 3
+    assert "network cut-off not available" in capsys.readouterr().out
+    assert main(["gate", "explain", "--agent", "coder", "--org", org, "--network-cutoff"]) == 0
+    out = capsys.readouterr().out
+    assert "ALLOWED" in out
+    assert "network cut-off available" in out
+
+
+SHELL_ORG = """\
+version: 1
+agents:
+  coder:
+    adapter: claude-code
+    tools: [read_repo, edit_files, run_shell]
+    model_endpoints: [api.anthropic.com]
+"""
+
+
 def test_explain_json_is_byte_identical_across_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -108,17 +108,20 @@ def test_lines_say_who_what_and_when_it_resets() -> None:
     runs = judge([(REPO, _use(runs=3))], NOW)
     assert runs.lines() == [
         f"acme/widgets has used 3 of its 3 runs today (UTC); the budget resets at {RESETS}.",
-        "The limit is limits.max_runs_per_day in baton.yml.",
+        "The limit is `limits.max_runs_per_day`: the org's policy sets it, a repository's may lower it.",
     ]
     minutes = judge([(OPEN, _use()), (Scope("installation:42", "installation 42", None, 60, None),
                                       _use(seconds=3629.5))], NOW)  # fmt: skip
     assert minutes.lines() == [
         f"installation 42 has used 60 of its 60 agent minutes today (UTC); the budget resets at {RESETS}.",
-        "The limit is limits.installation.max_agent_minutes_per_day in baton.yml.",
+        "The limit is `limits.installation.max_agent_minutes_per_day`: "
+        "the org's policy sets it, a repository's may lower it.",
     ]
     busy = judge([(REPO, _use(active=2))], NOW).lines()
     assert busy[0].startswith("acme/widgets already has 2 of its 2 concurrent runs in progress;")
-    assert busy[1] == "The limit is limits.max_concurrent_runs in baton.yml."
+    assert busy[1] == (
+        "The limit is `limits.max_concurrent_runs`: the org's policy sets it, a repository's may lower it."
+    )
     held = Verdict(False, BUSY, holder="t-1").lines()
     assert held == [
         "Another run (task t-1) is already working on this issue; this one was not started. "
