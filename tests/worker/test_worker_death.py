@@ -36,7 +36,7 @@ IN_PROCESS = queues.CONTROL.name
 
 
 def _worker(
-    stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys, served: str = FORKING
+    stage: Stage, redis_url: str, log: Path, keys: EvidenceKeys, *, served: str = FORKING
 ) -> subprocess.Popen[bytes]:
     env = {
         **keys.env(),
@@ -94,6 +94,7 @@ def _start_stuck_run(
     tmp_path: Path,
     workers: list[subprocess.Popen[bytes]],
     keys: EvidenceKeys,
+    *,
     served: str = FORKING,
 ) -> tuple[int, str]:
     """A labelled issue whose run is in flight: GitHub takes 50 s to answer the permission call."""
@@ -103,7 +104,7 @@ def _start_stuck_run(
     task_id = stage.admin.label(world.REPO, number, ["agent:claude-code"], sender="maria")["deliveries"][-1][
         "guid"
     ]
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log", keys, served))
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-1.log", keys, served=served))
     _wait(lambda: lifecycle.current(stage.rdb, task_id) == lifecycle.State.RUNNING, 30, "the run to start")
     return number, task_id
 
@@ -139,16 +140,17 @@ def test_a_killed_worker_is_noticed_by_another_within_a_minute(
     tmp_path: Path,
     workers: list[subprocess.Popen[bytes]],
     evidence_keys: EvidenceKeys,
+    *,
     served: str,
 ) -> None:
-    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys, served)
+    number, task_id = _start_stuck_run(stage, redis_url, tmp_path, workers, evidence_keys, served=served)
     horses = _children(workers[0].pid)
     assert len(horses) == (1 if served == FORKING else 0)
     workers[0].kill()  # SIGKILL: no cleanup at all
     workers[0].wait(timeout=10)
     killed = time.monotonic()
     _wait(lambda: not any(_alive(h) for h in horses), 10, "the job process to die with its worker")
-    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log", evidence_keys, served))
+    workers.append(_worker(stage, redis_url, tmp_path / "worker-2.log", evidence_keys, served=served))
     _wait(lambda: _says_failed(stage, number), TARGET_S, "the issue to say the run failed")
     assert time.monotonic() - killed < TARGET_S
     assert lifecycle.current(stage.rdb, task_id) == lifecycle.State.FAILED

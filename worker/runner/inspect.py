@@ -242,7 +242,9 @@ def inspect(
         links=links,
         base_links=base_links,
     )
-    leaked = [Violation(Code.SECRET, f.path, f"line {f.line}: {f.description}") for f in scanned.findings]
+    leaked = [
+        Violation(Code.SECRET_MATERIAL, f.path, f"line {f.line}: {f.description}") for f in scanned.findings
+    ]
     ordered = sorted({*found, *scan.violations, *leaked}, key=lambda v: (v.path, v.code, v.detail))
     return Inspection(base_tree, new_tree, tuple(changes), stat_of(changes), tuple(ordered))
 

@@ -89,6 +89,8 @@ class RunRequest:
     model_base_url: str | None = None
     #: None: one commit on ``baton/run-<id>`` by COMMIT_AUTHOR with the base as its only parent.
     commit: CommitSpec | None = None
+    #: At most this long, whatever the agent's own timeout (the agent minutes left in today's budget).
+    max_seconds: float | None = None
     #: Called once the agent is found and its version known, just before its box starts (the
     #: worker says "running" on the issue then, with the version this run found).
     on_start: Callable[[RunRecord], object] | None = None
@@ -181,7 +183,8 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
             record.outcome, record.reason = "cancelled", _cancelled(result)
             return _done(record, started)
         if result.timed_out:
-            record.outcome, record.reason = "timed-out", f"the agent ran past its {agent.timeout}s timeout"
+            limit, why = _timeout(request)
+            record.outcome, record.reason = "timed-out", f"the agent ran past its {limit:g}s {why}"
             return _done(record, started)
         workspace = scratch / "workspace"
         tree = inspect.snapshot(request.repo, workspace, request.base)
@@ -190,6 +193,14 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
                                max_diff_lines=request.policy.limits.max_diff_lines)  # fmt: skip
     _judge(request, record, result, seen, tree)
     return _done(record, started)
+
+
+def _timeout(request: RunRequest) -> tuple[float, str]:
+    """How long the agent may run, and what set that: its own timeout or the day's budget."""
+    own = float(request.policy.agents[request.agent].timeout)
+    if request.max_seconds is not None and request.max_seconds < own:
+        return max(1.0, float(int(request.max_seconds))), "limit (the agent minutes left in today's budget)"
+    return own, "timeout"
 
 
 def _run_boxed(
@@ -226,7 +237,7 @@ def _run_boxed(
             # Without a cut-off the gate already counted the shell as unrestricted egress.
             network="proxy" if network_cutoff else "host",
             proxy_socket=socket_path if network_cutoff else None,
-            timeout_s=float(agent.timeout),
+            timeout_s=_timeout(request)[0],
         ), stop=stop)  # fmt: skip
         record.egress = egress_proxy.log.to_data()
     record.box = result.report.to_data()

@@ -83,6 +83,17 @@ def reserve(ctx: Context, task: Task, policy: Policy) -> budget.Verdict:
     )
 
 
+def seconds_left(ctx: Context, task: Task, policy: Policy) -> float | None:
+    """The agent minutes left today in the tightest of the run's budgets (None: no minute limit).
+
+    Asked as the run starts, so runs that ended since its admission count. Runs still going
+    are counted only when they end: several at once can overrun the day's minutes by up to
+    their timeouts, never by more."""
+    now = datetime.now(UTC)
+    found = [(scope, budget.usage(ctx.redis, scope, now)) for scope in scopes(task, policy)]
+    return budget.judge(found, now).seconds_left
+
+
 def renew(ctx: Context, task: Task) -> bool:
     """Keep the run's lock and concurrency slots for another RUN_LOCK_S; False if the lock is not ours."""
     return budget.renew(

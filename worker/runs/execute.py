@@ -298,6 +298,7 @@ def _request(
         offline=plan.offline,
         run_id=task.id,
         env_values={name: os.environ[name] for name in _env_names(policy, plan.agent) if name in os.environ},
+        max_seconds=admit.seconds_left(ctx, task, policy),
         model_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
         model_base_url=ctx.agent_model_url,
         commit=runner.CommitSpec(

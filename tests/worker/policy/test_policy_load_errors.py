@@ -59,8 +59,8 @@ CASES = [
     ("bad-env", GOOD + "    env: [MY-KEY]\n", 6, 11, "environment variable name"),
     ("dup-list-item", GOOD + "    env: [A, B, A]\n", 6, 17, "agents.claude-code.env[2]: duplicate 'A'"),
     # An agent never holds Baton's credentials, however an org admin words the policy.
-    ("baton-key-to-agent", GOOD + "    env: [ANTHROPIC_API_KEY, PRIVATE_KEY]\n", 6, 30, "PRIVATE_KEY is Baton's own"),
-    ("baton-secret-to-agent", GOOD + "    env: [BATON_AUDIT_SECRET]\n", 6, 11, "never gets Baton's credentials"),
+    ("app-key", GOOD + "    env: [OPENAI_API_KEY, PRIVATE_KEY]\n", 6, 27, "PRIVATE_KEY is Baton's"),
+    ("baton-secret-to-agent", GOOD + "    env: [BATON_AUDIT_SECRET]\n", 6, 11, "never gets Baton's"),
     ("redis-to-agent", GOOD + "    env: [REDIS_URL]\n", 6, 11, "REDIS_URL is Baton's own"),
     ("github-token-to-agent", GOOD + "    env: [GH_TOKEN]\n", 6, 11, "or a GitHub token"),
     ("bad-agent-name", "version: 1\nagents:\n  Bad Name: {adapter: codex, tools: []}\n", 3, 3, "agent name"),

@@ -338,8 +338,8 @@ def test_a_credential_the_agent_wrote_is_never_committed(repo: Repo) -> None:
     result = repo.judge(ws)
 
     assert not result.ok
-    assert (Code.SECRET, "src/config.py") in codes(result)
-    found = next(v for v in result.violations if v.code == Code.SECRET)
+    assert (Code.SECRET_MATERIAL, "src/config.py") in codes(result)
+    found = next(v for v in result.violations if v.code == Code.SECRET_MATERIAL)
     assert "line 1" in found.detail
     assert token not in str(found)  # the finding never repeats the secret
 

@@ -175,3 +175,18 @@ def test_the_agent_sees_every_file_of_the_commit_whatever_its_gitattributes_say(
     steps = [{"op": "read", "path": "tests/test_app.py"}, {"op": "read", "path": "version.txt"}]
     record = runner.run(request(repo, policy, steps))
     assert record.outcome == "no-changes", (record.reason, record.changes)
+
+
+def test_a_run_stops_when_the_days_agent_minutes_run_out(repo: Path, policy: Policy) -> None:
+    """The agent's own timeout is 60 s; the budget has 2 s left today, so the box stops it then."""
+    began = time.monotonic()
+    record = runner.run(
+        request(repo, policy, [{"op": "sleep", "seconds": 30}, *WRITE_HELLO], max_seconds=2.7)
+    )
+    took = time.monotonic() - began
+    assert record.outcome == "timed-out", record.reason
+    assert record.reason == "the agent ran past its 2s limit (the agent minutes left in today's budget)"
+    assert took < 20
+    assert record.commit is None
+    longer = runner.run(request(repo, policy, WRITE_HELLO, max_seconds=3600))  # the agent's 60 s stands
+    assert longer.outcome == "done", longer.reason
