@@ -14,6 +14,7 @@ nobody connects to).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import socket
@@ -63,11 +64,14 @@ def main() -> None:
         }
         machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
         print(f"{machine}, runs={args.runs}")
+        figures = {}
         for name, call in cases.items():
             times = timed(call, args.runs)
             p90 = statistics.quantiles(times, n=10)[-1]
             print(f"{name:45} median {statistics.median(times):6.2f} ms   p90 {p90:6.2f} ms")
+            figures[name] = {"median_ms": round(statistics.median(times), 2), "p90_ms": round(p90, 2)}
         listener.close()
+    print(json.dumps({"runs": args.runs, "cases": figures}))
 
 
 if __name__ == "__main__":

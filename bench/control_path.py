@@ -5,7 +5,7 @@
 
 Starts, all on 127.0.0.1 and each as its own process: a Redis-protocol server
 (``EmbeddedRedis``, AOF on), the GitHub emulator (``baton emulator``), ``baton serve``
-and ``baton worker --queues baton-control`` (one process, then two for step 3). The
+and ``baton worker --queues baton-control`` (one process; two, then four for step 3). The
 world is ``emulator.world.build`` with the org ceiling's limits raised (runs per day,
 and ``max_concurrent_runs`` to the schema's 64), plus private repositories like
 ``acme/widgets``: no worker serves the agents queue here, so every admitted run stays
@@ -38,8 +38,9 @@ How to read the output:
   the job's last step). ``end markers`` says which marker ended how many tasks;
   ``comments`` how many status comments naming their task the emulator holds. Redis
   is polled every 2 ms (up to 20 ms with many tasks in flight).
-- (3) 200 labels from 8 sender threads as fast as they go, with one worker process,
-  then two: tasks/s from the first label sent to the last task done.
+- (3) 200 labels (``--quick``: 60) from 8 sender threads as fast as they go, with one worker
+  process, then two, then four: tasks/s from the first label sent to the last task done, and
+  the scale-out ratios 2/1 and 4/1 (target: 2 workers >= 1.8x one).
 - Steps 2 and 3 wait a bounded time after their last label (45 s and 75 s); a task not
   done by then counts as not done (a percentile that falls on one prints as ``>``) and
   its job is taken off the control queue, so the next step starts on an idle worker.
@@ -119,6 +120,8 @@ IDLE_TIMEOUT_S = 30.0  # for the control queue to empty after a step
 BACKGROUND_PATHS = ("/app/hook/deliveries",)
 JOB_ENDED = {b"finished", b"failed", b"stopped", b"canceled"}
 TARGET_P50_MS, TARGET_P95_MS, TARGET_CPU_MS, TARGET_TASKS_S, TARGET_COUNTED = 100.0, 300.0, 30.0, 50.0, 2
+TARGET_SCALE_2 = 1.8  # tasks/s with two worker processes over one
+WORKER_COUNTS = (1, 2, 4)  # step 3
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: senders stop sending
 BEGAN = time.monotonic()
@@ -842,11 +845,25 @@ def step_throughput(bench: Bench, n: int, wait_s: float) -> dict[str, Any]:
     }
 
 
+def scale_out(throughput: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step 3's tasks/s with n workers over one worker's, and the target's verdict for two."""
+    rates = {x["workers"]: x["tasks_per_s"] for x in throughput}
+    one = rates.get(1)
+    ratio = {n: round(r / one, 2) if one and r is not None else None for n, r in rates.items() if n > 1}
+    two = ratio.get(2)
+    return {
+        **{f"{n}/1": v for n, v in ratio.items()},
+        "target_2_1": TARGET_SCALE_2,
+        "met": two is not None and two >= TARGET_SCALE_2,
+    }
+
+
 def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, Any]) -> None:
     out.update(agent=check_agent_named(), quick=args.quick)
     n_serial, rate, seconds, n_burst = (10, 20.0, 3.0, 60) if args.quick else (30, 20.0, 10.0, 200)
     rate_wait, burst_wait = (15.0, 20.0) if args.quick else (45.0, 75.0)
-    labels = n_serial + round(rate * seconds) + 2 * n_burst + 2
+    warmups = sum(n for n in WORKER_COUNTS if n > 1)  # each time workers are added: that many labels
+    labels = n_serial + round(rate * seconds) + len(WORKER_COUNTS) * n_burst + warmups
     bench = setup(work, procs, labels)
     try:
         say("(0) the emulator alone ...")
@@ -861,13 +878,15 @@ def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, A
         say(f"(2) {round(rate * seconds)} labels at {rate:g}/s ...")
         out["rate"] = step_rate(bench, rate, seconds, rate_wait)
         out["throughput"] = []
-        for count in (1, 2):
-            if count == 2:
-                bench.workers.append(start_worker(procs, bench.env, bench.rdb, 2))
-                for repo, number in bench.pool.take(2):  # the new process's first jobs
+        for count in WORKER_COUNTS:
+            if count > len(bench.workers):
+                while len(bench.workers) < count:
+                    bench.workers.append(start_worker(procs, bench.env, bench.rdb, len(bench.workers) + 1))
+                for repo, number in bench.pool.take(count):  # the new processes' first jobs
                     bench.warm(repo, number)
             say(f"(3) {n_burst} labels from 8 threads, {count} worker process(es) ...")
             out["throughput"].append(step_throughput(bench, n_burst, burst_wait))
+        out["scale_out"] = scale_out(out["throughput"])
         out["emulator_writes_after"] = step_emulator_writes(bench, installation_token(bench.api, bench.w))
         out["repositories"] = len(bench.pool.repos)
         out["never_done"] = [f"{s.repo}#{s.number} {s.task_id}" for s in bench.all_sent if s.done_at is None]
@@ -952,6 +971,15 @@ def report(out: dict[str, Any]) -> None:
                 verdict(two is not None and two >= TARGET_TASKS_S) if n == 2 else "",
             )
         )
+    scale = out.get("scale_out") or {}
+    rows.append(
+        (
+            "(3) scale-out: tasks/s over one worker's",
+            ", ".join(f"{k} {v}x" for k, v in scale.items() if "/" in k),
+            f"2/1 >= {TARGET_SCALE_2:g}x",
+            verdict(bool(scale.get("met"))),
+        )
+    )
     rows += [
         (
             "(4) GitHub API calls per label (step 1 mean)",

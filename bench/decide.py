@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
 import statistics
@@ -77,6 +78,7 @@ def main() -> int:
     print(f"python {platform.python_version()} on {machine}")
     print(f"agent with {len(TOOLS)} tools, {args.iterations} timed calls per case")
     worst = 0.0
+    cases = []
     for label, facts in (
         ("private repo (denied)", TaskFacts("claude-code", repo_private=True)),
         ("private repo --offline (allowed)", TaskFacts("claude-code", repo_private=True, offline=True)),
@@ -84,7 +86,11 @@ def main() -> int:
         median, p99, allowed = measure(facts, args.iterations)
         worst = max(worst, median)
         print(f"  {label:34} allowed={allowed!s:5}  median {median:6.2f} us   p99 {p99:6.2f} us")
+        cases.append(
+            {"case": label, "allowed": allowed, "median_us": round(median, 2), "p99_us": round(p99, 2)}
+        )
     print("target median <= 20 us:", "met" if worst <= 20 else "MISSED")
+    print(json.dumps({"iterations": args.iterations, "cases": cases, "worst_median_us": round(worst, 2)}))
     return 0 if worst <= 20 else 1
 
 

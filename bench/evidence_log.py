@@ -19,6 +19,7 @@ unset: AOF on, fsync every second) and talks to it over loopback with redis-py, 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import sys
@@ -80,12 +81,13 @@ def bulk_load(client: redis.Redis, log: Log, n: int) -> list[bytes]:
     return leaves
 
 
-def bench_log(client: redis.Redis, seconds: float, big: int) -> None:
+def bench_log(client: redis.Redis, seconds: float, big: int) -> dict[str, float]:
     key = SigningKey.generate()
     print("\n## Log.append (Ed25519 checkpoint, ~1 KB entry)")
     log = Log(client, 1)
     rate, _ = per_second(lambda: (log.append(ENTRY, key), 1)[1], seconds)
     sign = per_second(lambda: (key.sign(b"baton/installation/1\n123\n" + b"A" * 44 + b"\n"), 1)[1], 1.0)[0]
+    figures = {"log_append_per_s": round(rate)}
     print(f"appends/s on a fresh log (grew to {log.size():,}): {rate:,.0f}  ({1e6 / rate:,.0f} µs each)")
     print(
         f"  of which the checkpoint signature: {1e6 / sign:,.0f} µs; a PING round trip: "
@@ -129,20 +131,23 @@ def bench_log(client: redis.Redis, seconds: float, big: int) -> None:
     log = Log(client, 10 + big)
     rate, _ = per_second(lambda: (log.append(ENTRY, key), 1)[1], seconds)
     print(f"\nappends/s on top of the {big:,}-entry log: {rate:,.0f}  ({1e6 / rate:,.0f} µs each)")
+    return {**figures, "log_append_on_big_per_s": round(rate), "big": big}
 
 
-def bench_audit(client: redis.Redis, seconds: float) -> None:
+def bench_audit(client: redis.Redis, seconds: float) -> dict[str, float]:
     print("\n## Audit chain")
     key = derive_key(b"bench master secret, 32 bytes or more", 7)
     chain = AuditChain(client, 7, key)
     event = {"event": "task-moved", "task": "octo-org/octo-repo#1347", "from": "queued", "to": "claimed",
              "actor": "worker-3", "at": "2026-11-30T19:36:28.123Z"}  # fmt: skip
+    figures: dict[str, float] = {}
     print("| batch | events/s | AuditChain.append calls/s | µs per call |")
     print("|---:|---:|---:|---:|")
     for batch in (1, 10, 100):
         events = [event] * batch
         rate, calls = per_second(lambda events=events: chain.append(events), seconds)  # type: ignore[misc]
         print(f"| {batch} | {rate:,.0f} | {calls:,.0f} | {1e6 / calls:,.0f} |")
+        figures[f"audit_append_batch_{batch}_per_s"] = round(rate)
     print(f"(chain now {chain.length():,} entries)")
 
     backlog = 50_000
@@ -155,6 +160,7 @@ def bench_audit(client: redis.Redis, seconds: float) -> None:
         pass
     seal_s = time.perf_counter() - t
     print(f"seal(1000) of a {backlog:,}-event backlog: {backlog / seal_s:,.0f} events/s")
+    figures["audit_seal_per_s"] = round(backlog / seal_s)
 
     def recorded() -> int:
         with client.pipeline(transaction=True) as pipe:
@@ -190,6 +196,7 @@ def bench_audit(client: redis.Redis, seconds: float) -> None:
     t = time.perf_counter()
     assert chain.verify() is None
     print(f"verify of {chain.length():,} entries: {time.perf_counter() - t:.2f} s")
+    return figures
 
 
 def main() -> None:
@@ -208,9 +215,10 @@ def main() -> None:
             f"server: {info.get('redis_version')} (valkey {info.get('valkey_version', '-')}), AOF on, "
             "appendfsync everysec, loopback"
         )
-        bench_log(client, args.seconds, args.big)
-        bench_audit(client, args.seconds)
+        figures = bench_log(client, args.seconds, args.big)
+        figures.update(bench_audit(client, args.seconds))
         client.close()
+    print(json.dumps({"seconds": args.seconds, **figures}))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ one thread; rates are per CPU-second of that thread (time.thread_time), i.e. per
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -101,9 +102,13 @@ def main() -> None:
     print(f"{versions}, {platform.machine()}; statement {len(payload)} bytes, {args.seconds:g} s per figure")
     header = ("raw crypto/s", "sign/s", "verify/s", "sign+verify/s", "full receipt/s")
     print(f"{'algorithm':<18} " + " ".join(f"{h:>14}" for h in header) + f" {'envelope':>9}")
+    figures = {}
     for algorithm in ("ed25519", "ecdsa-p256"):
         name, rates, size = measure(algorithm, payload, pred, args.seconds)
         print(f"{name:<18} " + " ".join(f"{r:>14,.0f}" for r in rates) + f" {size:>8,}B")
+        keys = ("raw_crypto", "sign", "verify", "sign_verify", "full_receipt")
+        figures[name] = {f"{k}_per_s": round(r) for k, r in zip(keys, rates, strict=True)}
+    print(json.dumps({"seconds": args.seconds, "per_cpu_second": figures}))
 
 
 if __name__ == "__main__":

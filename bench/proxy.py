@@ -187,20 +187,23 @@ def _pct(values: list[float], q: float) -> float:
 
 def client_main(path: Path, ports: dict[str, int], size: int, requests: int, repeat: int) -> None:
     """Every measurement, from a process of its own (as the agent in its box is)."""
+    figures: dict[str, object] = {}
     for name, run in (("download", download), ("upload", upload)):
         for via, target in (("direct", None), ("proxy", path)):
             rates = [run(target, ports["stream"], size) for _ in range(repeat)]
             print(f"{name:8} {via:6} MB/s: " + ", ".join(f"{r:,.0f}" for r in rates), flush=True)
+            figures[f"{name}_{via}_mb_s"] = [round(r) for r in rates]
     direct = round_trips(None, ports["stream"], requests)
     proxied = round_trips(path, ports["stream"], requests)
-    _latency("round trip in an open tunnel (64 B)", direct, proxied)
+    figures["round_trip"] = _latency("round trip in an open tunnel (64 B)", direct, proxied)
     for _ in range(100):  # warm-up
         get(None, ports["http"]), get(path, ports["http"])
     direct, proxied = [], []
     for _ in range(requests):
         direct.append(get(None, ports["http"]))
         proxied.append(get(path, ports["http"]))
-    _latency("GET on a new connection (absolute-form)", direct, proxied)
+    figures["get"] = _latency("GET on a new connection (absolute-form)", direct, proxied)
+    print(json.dumps({"mib": size >> 20, "requests": requests, "repeat": repeat, **figures}), flush=True)
 
 
 def main() -> None:
@@ -247,11 +250,13 @@ def main() -> None:
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
-def _latency(name: str, direct: list[float], proxied: list[float]) -> None:
+def _latency(name: str, direct: list[float], proxied: list[float]) -> dict[str, float]:
     d50, p50 = statistics.median(direct), statistics.median(proxied)
     d99, p99 = _pct(direct, 0.99), _pct(proxied, 0.99)
     print(f"{name}: direct p50 {d50 * 1e6:.0f} µs p99 {d99 * 1e6:.0f} µs; proxy p50 {p50 * 1e6:.0f} µs "
           f"p99 {p99 * 1e6:.0f} µs; added p50 {(p50 - d50) * 1e6:.0f} µs")  # fmt: skip
+    found = {"direct_p50_us": d50, "direct_p99_us": d99, "proxy_p50_us": p50, "proxy_p99_us": p99}
+    return {k: round(v * 1e6) for k, v in found.items()}
 
 
 if __name__ == "__main__":
