@@ -9,6 +9,7 @@ resolves to the last one), non-string keys, deep nesting and oversized files.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -65,7 +66,7 @@ class _Loader(yaml.SafeLoader):
 
 def read(data: str | bytes) -> Located:
     """Parse one YAML document; raise YamlProblem with a 1-based position."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data if isinstance(data, bytes) else _utf8(data)
     if len(raw) > MAX_BYTES:
         raise YamlProblem(1, 1, f"file is {len(raw)} bytes; a policy file may be at most {MAX_BYTES}")
     try:
@@ -82,8 +83,7 @@ def read(data: str | bytes) -> Located:
             detail += '; quote values that contain [ ] { } , or : (e.g. "dependabot[bot]")'
         raise YamlProblem(line, col, detail) from exc
     except yaml.reader.ReaderError as exc:
-        before = text[: exc.position]
-        line, col = before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+        line, col = _line_col(text, exc.position)
         raise YamlProblem(
             line, col, f"character {exc.character!r} is not allowed in YAML; remove it"
         ) from exc
@@ -94,6 +94,26 @@ def read(data: str | bytes) -> Located:
     out = Located(None)
     out.value = _convert(root, (), out, yaml.SafeLoader(""))
     return out
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate (text read with errors="surrogateescape")
+        line, col = _line_col(text, exc.start)
+        raise YamlProblem(
+            line, col, "not valid Unicode text (a lone surrogate); save the file as UTF-8"
+        ) from None
+
+
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+
+
+#: What a YAML escape such as "\ud800" can produce and no UTF-8 text can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_A_CHARACTER = "a \\uD800-\\uDFFF escape, which is not a character (no UTF-8 can hold it); remove it"
 
 
 def _compose(text: str) -> Node | None:
@@ -110,13 +130,16 @@ def _convert(node: Node, path: Path, out: Located, ctor: yaml.SafeLoader) -> obj
         raise YamlProblem(*_at(node), f"{show_path(path)}: explicit tag {node.tag} is not allowed; remove it")
     if isinstance(node, ScalarNode):
         try:
-            return ctor.construct_object(node)
+            value = ctor.construct_object(node)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
             # e.g. a 5,000-digit integer or the date 2001-13-45: a value error, not a crash.
             detail = str(exc).split(";")[0][:120]
             raise YamlProblem(
                 *_at(node), f"{show_path(path)}: cannot read value ({detail}); quote it"
             ) from exc
+        if isinstance(value, str) and _SURROGATE.search(value):
+            raise YamlProblem(*_at(node), f"{show_path(path)}: the value holds {_NOT_A_CHARACTER}")
+        return value
     if isinstance(node, SequenceNode):
         return [_convert(item, (*path, i), out, ctor) for i, item in enumerate(node.value)]
     if isinstance(node, MappingNode):
@@ -128,6 +151,8 @@ def _convert(node: Node, path: Path, out: Located, ctor: yaml.SafeLoader) -> obj
                     f"{show_path(path)}: key {key_node.value!r} is not a string; quote it",
                 )
             key = str(key_node.value)
+            if _SURROGATE.search(key):  # checked before the key is ever quoted in a message
+                raise YamlProblem(*_at(key_node), f"{show_path(path)}: a key holds {_NOT_A_CHARACTER}")
             child = (*path, key)
             if key in result:
                 line, _ = out.key_marks[child]
