@@ -123,6 +123,11 @@ def decide(policy: Policy, facts: TaskFacts) -> Decision:
         elif shell:
             external.append(Contributor("tool", name, _SHELL))
 
+    unrestricted = agent.adapter == "command" and not facts.network_cutoff
+    if unrestricted:
+        # Its tools are whatever the program does: without the cut-off it is on the host's network,
+        # and --offline cannot take that away.
+        external.append(Contributor("fact", "command adapter", _COMMAND_OPEN))
     legs = MappingProxyType({_P: tuple(private), _U: tuple(untrusted), _E: tuple(external)})
     triggered = tuple(axis for axis, found in legs.items() if found)
     allowed = len(triggered) < 3
@@ -134,12 +139,18 @@ def decide(policy: Policy, facts: TaskFacts) -> Decision:
         legs=legs,
         unknown_tools=tuple(unknown),
         removed=tuple(removed),
-        remedies=() if allowed else _remedies(facts.agent, legs, facts.offline),
+        remedies=()
+        if allowed
+        else _remedies(facts.agent, legs, offline_helps=not (facts.offline or unrestricted)),
         policy_sha256=policy.digest,
     )
 
 
 _Tool = tuple[str, frozenset[Axis], bool, str]
+_COMMAND_OPEN = (
+    "runs a program whose tools Baton cannot restrict, on the host network (this machine's box cannot "
+    "cut the network off)"
+)
 
 
 def _tools(
@@ -168,13 +179,15 @@ def _tools(
     return kept, unknown, removed
 
 
-def _remedies(agent: str, legs: Mapping[Axis, tuple[Contributor, ...]], offline: bool) -> tuple[Remedy, ...]:
-    """One per leg that policy edits alone can break, plus the offline retry."""
+def _remedies(
+    agent: str, legs: Mapping[Axis, tuple[Contributor, ...]], *, offline_helps: bool
+) -> tuple[Remedy, ...]:
+    """One per leg that policy edits alone can break, plus the offline retry where it would pass."""
     out = []
     for leg, found in legs.items():
         if all(c.kind in _REMOVABLE for c in found):
             names = ", ".join(f"{'egress host' if c.kind == 'egress' else c.kind} {c.name}" for c in found)
             out.append(Remedy("drop", leg, found, f"drop {names} from agent {agent}"))
-    if not offline:
+    if offline_helps:
         out.append(Remedy("run_offline", _E, legs[_E], f"run offline: /baton run {agent} --offline"))
     return tuple(out)

@@ -57,6 +57,22 @@ def test_offline_retry_removes_external_tools_and_hosts_and_passes() -> None:
     assert d.policy_sha256 == decide(policy, TaskFacts("a", repo_private=True)).policy_sha256
 
 
+def test_a_command_agent_without_the_network_cut_off_is_open_network() -> None:
+    """Baton cannot take tools away from an arbitrary program; only the box's cut-off closes its network,
+    and --offline cannot stand in for it."""
+    policy = _policy(adapter="command", command=("./agent",), model_endpoints=(), env=())
+    d = decide(policy, TaskFacts("a", repo_private=True))
+    assert not d.allowed
+    assert _names(d, Axis.EXTERNAL_COMM) == ["command adapter"]
+    assert "host network" in d.legs[Axis.EXTERNAL_COMM][0].reason
+    assert d.remedies == ()  # no edit of tools, egress or env helps, and neither does --offline
+    assert not decide(policy, TaskFacts("a", repo_private=True, offline=True)).allowed
+    cut = decide(policy, TaskFacts("a", repo_private=True, network_cutoff=True))
+    assert cut.allowed
+    assert cut.legs[Axis.EXTERNAL_COMM] == ()
+    assert decide(policy, TaskFacts("a", repo_private=False)).allowed  # nothing private to send
+
+
 def test_public_repo_with_only_the_model_key_is_allowed() -> None:
     d = decide(_policy(tools=("web_fetch",)), TaskFacts("a", repo_private=False))
     assert d.allowed
