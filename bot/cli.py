@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "evidence.cli",  # keys generate, verify, log verify
     "worker.commands.evidence",  # audit verify|export, replay
     "worker.commands.run",
+    "worker.commands.doctor",  # does everything Baton needs work here
     "emulator.command",
     "emulator.model_command",
 )

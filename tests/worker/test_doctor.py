@@ -1,0 +1,520 @@
+"""`baton doctor`: its judgements on plain facts, then against a real Redis, the GitHub emulator and this
+machine's box, as a real process (exit code and the printed lines)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot import settings
+from bot.redis_server import EmbeddedRedis
+from emulator import EmulatorServer, world
+from emulator.admin_client import AdminClient
+from tests.conftest import EvidenceKeys
+from worker.commands import _doctor_checks as judge
+from worker.commands import doctor
+from worker.runner.probe import Probe
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST, _ = doctor.load_manifest(ROOT / "app-manifest.yml")
+OK, WARN, FAIL, SKIP = judge.Status.OK, judge.Status.WARN, judge.Status.FAIL, judge.Status.SKIP
+
+
+# -- the judgements, on plain facts ------------------------------------------------------------
+
+
+def test_configuration_lists_every_variable_and_never_a_secret_value() -> None:
+    secrets = {
+        "PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nAPPKEYMATERIAL\n-----END PRIVATE KEY-----",
+        "WEBHOOK_SECRET": "hook-secret-value-1,hook-secret-value-2",
+        "BATON_SIGNING_KEY": "-----BEGIN PRIVATE KEY-----\nSIGNINGKEYMATERIAL\n-----END PRIVATE KEY-----",
+        "BATON_AUDIT_SECRET": "audit-secret-value-0123456789abcdef",
+        "BATON_METRICS_TOKEN": "metrics-token-value-0123456789",
+    }
+    env = {
+        **secrets,
+        "APP_ID": "4242",
+        "REDIS_URL": "redis://:redis-password-value@db:6379/0",
+        "BATON_PUBLIC_URL": "https://baton.example.com",
+        "BATON_TYPO": "1",
+    }
+    check = judge.configuration(env, None)
+    assert check.status is OK
+    text = "\n".join([check.line(), *check.notes])
+    for value in [*secrets.values(), "redis-password-value"]:
+        for part in value.split("\n") + value.split(","):
+            assert part not in text or part.startswith("-----"), part
+    assert "APPKEYMATERIAL" not in text
+    assert "SIGNINGKEYMATERIAL" not in text
+    names = [note.split()[0] for note in check.notes]
+    assert names[: len(settings.KNOWN)] == list(settings.KNOWN)  # every known variable, in order
+    by_name = {note.split()[0]: note for note in check.notes}
+    assert by_name["APP_ID"].endswith(" 4242")
+    assert by_name["WEBHOOK_SECRET"].endswith("set (secret: value not shown)")
+    assert by_name["REDIS_URL"].endswith("redis://:***@db:6379/0")
+    assert by_name["HOST"].endswith(" unset")
+    assert "unknown" in by_name["BATON_TYPO"]
+
+
+def test_a_configuration_that_does_not_load_fails_with_its_message() -> None:
+    check = judge.configuration({"APP_ID": "abc"}, "APP_ID must be the App's numeric id, got 'abc'")
+    assert check.status is FAIL
+    assert check.line().startswith("FAIL  configuration: APP_ID must be the App's numeric id")
+    assert check.fix
+
+
+REDIS_OK = {
+    "appendonly": "yes",
+    "appendfsync": "everysec",
+    "save": "",
+    "maxmemory": "0",
+    "maxmemory-policy": "noeviction",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "persistence", "eviction", "says"),
+    [
+        (REDIS_OK, OK, OK, "AOF on"),
+        ({**REDIS_OK, "appendonly": "no", "save": "3600 1 300 100"}, WARN, OK, "AOF is safer"),
+        ({**REDIS_OK, "appendonly": "no"}, FAIL, OK, "no persistence"),
+        ({**REDIS_OK, "appendfsync": "no"}, WARN, OK, "appendfsync no"),
+        ({**REDIS_OK, "maxmemory-policy": "allkeys-lru"}, OK, FAIL, "AOF on"),
+    ],
+)
+def test_redis_persistence_and_eviction(
+    config: dict[str, str], persistence: judge.Status, eviction: judge.Status, says: str
+) -> None:
+    facts = judge.RedisFacts(where="redis://db:6379/0", version="7.0.15", config=config)
+    assert judge.redis_reachable(facts).status is OK
+    kept = judge.redis_persistence(facts)
+    assert kept.status is persistence
+    assert says in kept.detail
+    evicts = judge.redis_eviction(facts)
+    assert evicts.status is eviction
+    if eviction is FAIL:
+        assert "allkeys-lru" in evicts.detail
+        assert evicts.fix is not None
+        assert "noeviction" in evicts.fix
+
+
+def test_a_managed_redis_without_config_is_not_passed() -> None:
+    facts = judge.RedisFacts(where="rediss://x", config=None, config_error="unknown command 'CONFIG'")
+    for check in (judge.redis_persistence(facts), judge.redis_eviction(facts)):
+        assert check.status is WARN
+        assert check.detail.startswith("could not check")
+
+
+def test_unreachable_or_unset_redis() -> None:
+    down = judge.RedisFacts(where="redis://db:6379/0", error="ConnectionError: refused")
+    assert [judge.redis_reachable(down).status, judge.redis_persistence(down).status] == [FAIL, SKIP]
+    unset = judge.RedisFacts(where="", configured=False)
+    assert judge.redis_reachable(unset).status is WARN
+    assert judge.redis_eviction(unset).status is SKIP
+
+
+APP = {
+    "id": 7,
+    "slug": "baton",
+    "name": "Baton",
+    "permissions": dict(world.PERMISSIONS),
+    "events": list(world.EVENTS),
+}
+
+
+def test_github_permissions_and_events_against_the_manifest() -> None:
+    assert MANIFEST is not None
+    facts = judge.GitHubFacts("https://api.github.com", app=APP, installations=())
+    assert judge.github_app(facts).status is OK
+    assert judge.github_permissions(facts, MANIFEST, None).status is OK
+    narrow = {**APP, "permissions": {**world.PERMISSIONS, "checks": "read"}, "events": ["issues"]}
+    check = judge.github_permissions(judge.GitHubFacts("u", app=narrow), MANIFEST, None)
+    assert check.status is FAIL
+    assert "checks: write (has read)" in check.detail
+    assert "missing events issue_comment, pull_request, check_run, check_suite" in check.detail
+    wide = {**APP, "permissions": {**world.PERMISSIONS, "administration": "write"}}
+    extra = judge.github_permissions(judge.GitHubFacts("u", app=wide), MANIFEST, None)
+    assert (extra.status, "administration: write" in extra.detail) == (WARN, True)
+    unknown = judge.github_permissions(facts, None, "cannot read /x (No such file or directory)")
+    assert unknown.status is WARN
+
+
+def test_github_failures_name_their_fix() -> None:
+    missing = judge.github_app(judge.GitHubFacts("u", missing=("APP_ID", "PRIVATE_KEY")))
+    assert missing.status is FAIL
+    assert "APP_ID and PRIVATE_KEY unset" in missing.detail
+    refused = judge.github_app(judge.GitHubFacts("u", error="GET /app: 401 bad", status=401))
+    assert refused.fix is not None
+    assert "same App" in refused.fix
+    gone = judge.github_app(judge.GitHubFacts("https://ghe.example/api", error="x", status=404))
+    assert gone.fix is not None
+    assert "GITHUB_API_URL=https://HOST/api/v3" in gone.fix
+    offline = judge.github_app(judge.GitHubFacts("https://api.github.com", error="ConnectError", status=None))
+    assert offline.fix is not None
+    assert "cannot reach https://api.github.com" in offline.fix
+    skipped = judge.github_installations(judge.GitHubFacts("u", error="x"), MANIFEST)
+    assert skipped.status is SKIP
+
+
+def test_installations() -> None:
+    none = judge.github_installations(judge.GitHubFacts("u", app=APP, installations=()), MANIFEST)
+    assert none.status is WARN
+    assert "installed nowhere" in none.detail
+    behind = {"id": 9, "account": {"login": "acme"}, "permissions": {**world.PERMISSIONS, "checks": "read"}}
+    fine = {"id": 10, "account": {"login": "octo"}, "permissions": dict(world.PERMISSIONS)}
+    check = judge.github_installations(
+        judge.GitHubFacts("u", app=APP, installations=(behind, fine)), MANIFEST
+    )
+    assert check.status is WARN
+    assert "acme (id 9) has not accepted checks: write (has read)" in check.detail
+    assert (
+        judge.github_installations(judge.GitHubFacts("u", app=APP, installations=(fine,)), MANIFEST).status
+        is OK
+    )
+
+
+def test_secrets_and_keys() -> None:
+    assert judge.webhook_secret(0).status is FAIL
+    assert "rotating" in judge.webhook_secret(2).detail
+    assert judge.signing_key(None, None, "make one").status is FAIL
+    assert judge.signing_key("ed25519", "ab" * 32, "make one").status is OK
+    assert judge.audit_secret(False, "set it").fix == "set it"
+    assert judge.public_url(None).status is WARN
+
+
+def test_data_dir_and_git() -> None:
+    assert judge.data_dir("/data", "cannot write there (Permission denied)", None).status is FAIL
+    assert judge.data_dir("/data", None, 100 << 20).status is WARN
+    assert judge.data_dir("/data", None, 20 << 30).detail == "/data is writable (20.0 GiB free)"
+    assert judge.git(None).fix == "apt-get install git"
+    assert judge.git("git version 2.39.5").status is OK
+
+
+def _probe(**changes: object) -> Probe:
+    fields: dict[str, object] = {
+        "bwrap": "/usr/bin/bwrap",
+        "bwrap_runs": True,
+        "user_namespaces": True,
+        "network_namespace": True,
+        "socat": True,
+        "rlimits": True,
+        "process_limit": True,
+        "memory_cgroup": True,
+        "memory_cgroup_detail": "cgroup v2, boxes in /sys/x",
+        "network_cutoff": True,
+        "problems": (),
+    }
+    fields.update(changes)
+    return Probe(**fields)  # type: ignore[arg-type]
+
+
+def test_the_box() -> None:
+    assert [c.status for c in judge.box(_probe())] == [OK, OK, OK]
+    no_userns = judge.box(
+        _probe(bwrap_runs=False, problems=("bwrap: No permissions to create new namespace",))
+    )
+    assert [c.status for c in no_userns] == [FAIL, SKIP, SKIP]
+    assert "No permissions to create new namespace" in no_userns[0].detail
+    assert no_userns[0].fix is not None
+    assert "seccomp=unconfined" in no_userns[0].fix
+    no_bwrap = judge.box(
+        _probe(bwrap=None, bwrap_runs=False, problems=("bubblewrap (bwrap) is not installed",))
+    )
+    assert no_bwrap[0].fix is not None
+    assert "apt-get install bubblewrap" in no_bwrap[0].fix
+    no_socat = judge.box(_probe(socat=False, network_cutoff=False, problems=("socat is not installed",)))
+    assert no_socat[1].status is FAIL
+    assert no_socat[1].fix == "apt-get install socat"
+    root = judge.box(_probe(process_limit=False, memory_cgroup=False, memory_cgroup_detail="no cgroup v2"))
+    assert root[2].status is WARN
+    assert "RLIMIT_NPROC" in root[2].detail
+    assert "no cgroup v2" in root[2].detail
+    assert judge.box(None, "OSError: boom")[0].status is FAIL
+
+
+def test_agent_clis() -> None:
+    script = judge.AgentCli("script", "python3", "/usr/bin/python3", "1.0")
+    claude = judge.AgentCli("claude-code", "claude", "/opt/x/claude", "2.1.197")
+    gone = judge.AgentCli("codex", "codex", None, None, "npm install -g @openai/codex@0.171.0")
+    only_script = judge.agent_clis([script, gone])
+    assert only_script.status is WARN
+    assert "not found: codex" in only_script.detail
+    assert only_script.fix is not None
+    assert "@openai/codex@0.171.0" in only_script.fix
+    check = judge.agent_clis([claude, gone, script])
+    assert check.status is OK
+    assert "claude-code 2.1.197 (/opt/x/claude)" in check.detail
+    broken = judge.agent_clis([judge.AgentCli("claude-code", "claude", "/x/claude", None, "reinstall")])
+    assert broken.status is WARN
+    assert "it may not run" in broken.detail
+
+
+def test_warnings_do_not_fail_the_run() -> None:
+    assert judge.passed([judge.Check("a", OK, ""), judge.Check("b", WARN, ""), judge.Check("c", SKIP, "")])
+    assert not judge.passed([judge.Check("a", OK, ""), judge.Check("b", FAIL, "")])
+
+
+def test_the_manifest_is_what_baton_ships() -> None:
+    assert MANIFEST is not None
+    assert dict(MANIFEST.permissions) == world.PERMISSIONS
+    assert list(MANIFEST.events) == world.EVENTS
+    assert doctor.DEFAULT_MANIFEST == ROOT / "app-manifest.yml"
+    assert doctor.load_manifest(ROOT / "nope.yml")[0] is None
+
+
+# -- against real components --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def durable_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A server as a deployment should have it: AOF on, noeviction (the server's default)."""
+    with EmbeddedRedis(data_dir=tmp_path_factory.mktemp("doctor-redis"), durable=True) as server:
+        yield server
+
+
+@pytest.fixture
+def careless_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A server that would lose tasks: no persistence, and keys evicted when memory runs short."""
+    with EmbeddedRedis(data_dir=tmp_path / "careless", durable=False) as server:
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory-policy", "allkeys-lru")
+        client.close()
+        yield server
+
+
+@pytest.fixture(scope="module")
+def github(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[world.World, AdminClient]]:
+    with EmulatorServer(tmp_path_factory.mktemp("doctor-github")) as server, AdminClient(server.url) as admin:
+        yield world.build(admin, server.url), admin
+
+
+def _env(tmp_path: Path, **values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in settings.KNOWN and not k.startswith("BATON_")}
+    return {**env, "XDG_CACHE_HOME": str(tmp_path / "cache"), **values}
+
+
+def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "doctor"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line and not line.startswith(" ")]
+    return done.returncode, lines, done.stdout + done.stderr
+
+
+def _line(lines: list[str], name: str) -> str:
+    found = [line for line in lines if line.split(":")[0].split(None, 1)[-1] == name]
+    assert len(found) == 1, (name, lines)
+    return found[0]
+
+
+def test_doctor_passes_a_working_setup_as_a_real_process(
+    tmp_path: Path,
+    durable_redis: EmbeddedRedis,
+    github: tuple[world.World, AdminClient],
+    evidence_keys: EvidenceKeys,
+) -> None:
+    stage, _ = github
+    env = _env(
+        tmp_path,
+        REDIS_URL=durable_redis.url,
+        GITHUB_API_URL=stage.api_url,
+        APP_ID=str(stage.app_id),
+        PRIVATE_KEY=stage.private_key,
+        BATON_PUBLIC_URL="https://baton.example.com",
+        BATON_DATA_DIR=str(tmp_path / "data"),
+        **evidence_keys.env(),
+    )
+    # As `baton serve` and `baton worker` do, the doctor reads ./.env for what the environment lacks.
+    (tmp_path / ".env").write_text(
+        f"WEBHOOK_SECRET={stage.webhook_secret}\nBATON_PUBLIC_URL=https://no.example\n"
+    )
+    code, lines, out = _doctor(env, cwd=tmp_path)
+    assert code == 0, out
+    expected = [
+        "configuration",
+        "redis",
+        "redis persistence",
+        "redis eviction",
+        "github app",
+        "github permissions",
+        "github installations",
+        "webhook secret",
+        "signing key",
+        "audit secret",
+        "public url",
+        "data dir",
+        "git",
+        "box",
+        "box network cut-off",
+        "box limits",
+        "agent CLIs",
+    ]
+    assert [line.split(":")[0].split(None, 1)[1] for line in lines[:-1]] == expected
+    assert lines[-1] == "baton doctor: everything Baton needs works"
+    for name in (
+        "configuration",
+        "redis",
+        "redis persistence",
+        "redis eviction",
+        "github app",
+        "github permissions",
+        "github installations",
+        "webhook secret",
+        "signing key",
+        "audit secret",
+        "public url",
+        "data dir",
+        "git",
+        "box",
+        "box network cut-off",
+    ):
+        assert _line(lines, name).startswith("ok    "), out
+    notes = {line.split()[0]: line for line in out.splitlines() if line.startswith("        ")}
+    assert notes["WEBHOOK_SECRET"].endswith("set (secret: value not shown) (from ./.env)")
+    assert notes["BATON_PUBLIC_URL"].endswith("https://baton.example.com")  # the environment wins
+    assert "1 of them from ./.env" in _line(lines, "configuration")
+    assert "AOF on" in _line(lines, "redis persistence")
+    assert "App 'Baton' (slug baton" in _line(lines, "github app")
+    assert "github installations: 1 (acme" in _line(lines, "github installations")
+    assert _line(lines, "box limits").split()[0] in ("ok", "warn")  # root here: RLIMIT_NPROC is a warning
+    for secret in (
+        stage.webhook_secret,
+        evidence_keys.audit_secret,
+        durable_redis.url.split(":")[2].split("@")[0],
+    ):
+        assert secret not in out
+    assert "BEGIN" not in out  # neither private key
+
+
+def test_doctor_fails_a_careless_redis_and_a_narrow_app_as_a_real_process(
+    tmp_path: Path,
+    careless_redis: EmbeddedRedis,
+    github: tuple[world.World, AdminClient],
+    evidence_keys: EvidenceKeys,
+) -> None:
+    stage, admin = github
+    private, public = world.keypair()
+    narrow = admin.create_app(
+        name="Narrow",
+        slug="narrow",
+        public_key_pem=public,
+        events=["issues"],
+        permissions={"metadata": "read", "issues": "write", "checks": "read"},
+    )
+    env = _env(
+        tmp_path,
+        REDIS_URL=careless_redis.url,
+        GITHUB_API_URL=stage.api_url,
+        APP_ID=str(narrow["id"]),
+        PRIVATE_KEY=private,
+        BATON_DATA_DIR=str(tmp_path / "a-file" / "data"),
+        **evidence_keys.env(),
+    )
+    (tmp_path / "a-file").write_text("not a directory")
+    code, lines, out = _doctor(env, cwd=tmp_path)  # no ./.env there
+    assert code == 1, out
+    persistence = _line(lines, "redis persistence")
+    assert persistence.startswith("FAIL  redis persistence: no persistence"), out
+    assert "fix: CONFIG SET appendonly yes" in persistence
+    eviction = _line(lines, "redis eviction")
+    assert eviction.startswith("FAIL  redis eviction: maxmemory-policy is allkeys-lru")
+    assert "fix: CONFIG SET maxmemory-policy noeviction" in eviction
+    permissions = _line(lines, "github permissions")
+    assert permissions.startswith("FAIL")
+    assert "checks: write (has read)" in permissions
+    assert "contents: write" in permissions
+    assert "missing events issue_comment, pull_request, check_run, check_suite" in permissions
+    assert _line(lines, "github installations").startswith(
+        "warn  github installations: the App is installed nowhere"
+    )
+    assert _line(lines, "webhook secret").startswith(
+        "FAIL  webhook secret: WEBHOOK_SECRET unset: `baton serve` answers every webhook 503"
+    )
+    assert _line(lines, "redis").startswith("ok")
+    assert _line(lines, "data dir").startswith(
+        f"FAIL  data dir: {tmp_path / 'a-file' / 'data'}: cannot write"
+    )
+    assert lines[-1].startswith("baton doctor: 5 failed")
+
+
+def test_a_redis_that_refuses_config_is_not_passed(durable_redis: EmbeddedRedis) -> None:
+    """Managed services disable CONFIG; here an ACL user without it stands in for one."""
+    admin = redis.Redis.from_url(durable_redis.url)
+    admin.acl_setuser(
+        "doctor",
+        enabled=True,
+        passwords=["+doctor-pass"],
+        keys=["*"],
+        commands=["+@all", "-config"],
+        reset=True,
+    )
+    admin.close()
+    host, port = durable_redis.url.rsplit("@", 1)[1].split("/")[0].split(":")
+    config = settings.load({"REDIS_URL": f"redis://doctor:doctor-pass@{host}:{port}/0"})
+    facts = doctor.gather_redis(config)
+    assert facts.error is None
+    assert facts.config is None
+    assert "doctor-pass" not in facts.where
+    assert judge.redis_reachable(facts).status is OK
+    persistence = judge.redis_persistence(facts)
+    assert persistence.status is WARN
+    assert persistence.detail.startswith("could not check: CONFIG GET was refused")
+
+
+def test_github_refusals_and_silence(github: tuple[world.World, AdminClient]) -> None:
+    stage, _ = github
+    other_key, _ = world.keypair()
+    refused = doctor.gather_github(
+        settings.load(
+            {"APP_ID": str(stage.app_id), "PRIVATE_KEY": other_key, "GITHUB_API_URL": stage.api_url}
+        )
+    )
+    assert refused.status == 401, refused
+    assert judge.github_app(refused).status is FAIL
+    nowhere = doctor.gather_github(
+        settings.load(
+            {
+                "APP_ID": str(stage.app_id),
+                "PRIVATE_KEY": stage.private_key,
+                "GITHUB_API_URL": "http://127.0.0.1:9",
+            }
+        )
+    )
+    check = judge.github_app(nowhere)
+    assert nowhere.status is None
+    assert check.status is FAIL
+    assert check.fix is not None
+    assert "cannot reach http://127.0.0.1:9" in check.fix
+
+
+def test_unreachable_redis_is_one_failure(tmp_path: Path) -> None:
+    facts = doctor.gather_redis(
+        settings.load({"REDIS_URL": "redis://:pw-secret@127.0.0.1:9/0", "BATON_REDIS_TIMEOUT": "0.5"})
+    )
+    check = judge.redis_reachable(facts)
+    assert check.status is FAIL
+    assert "pw-secret" not in check.line()
+
+
+def test_a_configuration_that_does_not_load_skips_what_depends_on_it(tmp_path: Path) -> None:
+    env = {"APP_ID": "abc", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    checks = doctor.diagnose(env, ROOT / "app-manifest.yml", tmp_path / ".env")
+    assert checks[0].status is FAIL
+    assert "APP_ID must be the App's numeric id" in checks[0].detail
+    skipped = [c.name for c in checks if c.status is SKIP]
+    assert skipped[:3] == ["redis", "redis persistence", "redis eviction"]
+    assert "data dir" in skipped
+    assert {"git", "box", "agent CLIs"} <= {c.name for c in checks if c.status is not SKIP}
+    assert not judge.passed(checks)
