@@ -62,7 +62,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     lines = (out / "github-requests.jsonl").read_text().splitlines()
     assert lines
     for line in lines:
-        keys = {"method", "path", "query", "body", "status", "duration_ms", "counted"}
+        keys = {"method", "path", "query", "body", "status", "duration_ms", "counted", "client_port"}
         assert set(json.loads(line)) == keys
     # The worker never asked GitHub for a token wider than one repository.
     tokens = [json.loads(x) for x in lines if json.loads(x)["path"].endswith("/access_tokens")]

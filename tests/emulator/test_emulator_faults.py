@@ -98,9 +98,10 @@ def test_every_api_request_is_one_log_line(world: World) -> None:
         api.get("/no/such/path")
     path = world.server.directory / "github-requests.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    keys = ["method", "path", "query", "body", "status", "duration_ms", "counted"]
+    keys = ["method", "path", "query", "body", "status", "duration_ms", "counted", "client_port"]
     assert all(list(line) == keys for line in lines)
     assert all(isinstance(line.pop("duration_ms"), float | int) for line in lines)
+    assert all(isinstance(line.pop("client_port"), int) for line in lines)  # the caller's TCP port
     token_line = lines[0]
     assert token_line["path"] == f"/app/installations/{world.installation_id}/access_tokens"
     assert token_line["status"] == 201
