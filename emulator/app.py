@@ -208,11 +208,21 @@ async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
     """GitHub's order: faults (GitHub's own failures), API version, auth, rate limit, handler."""
     request = call.request
     fault = emu.faults.take(request.method, request.url.path)
+    if fault is not None and fault.kind == "late_answer":
+        try:
+            return await _answer_now(emu, call, handler)
+        finally:
+            await asyncio.sleep(fault.latency_ms / 1000)  # done (or refused); only the answer is late
     if fault is not None:
         if fault.latency_ms:
             await asyncio.sleep(fault.latency_ms / 1000)
         if fault.kind != "latency":
             raise fault_error(fault, call.request_id)
+    return await _answer_now(emu, call, handler)
+
+
+async def _answer_now(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
+    request = call.request
     check_api_version(request.headers.get("x-github-api-version"))
     caller = authenticate(emu.state, request.headers.get("authorization"))
     window = emu.rate.hit(caller.rate_key, emu.state.settings.rate_limit)

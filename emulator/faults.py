@@ -3,7 +3,9 @@
 Kinds: ``status`` (any 5xx or other code with GitHub's error body),
 ``secondary_rate_limit`` (403/429 with ``Retry-After``), ``primary_rate_limit``
 (403/429 with ``x-ratelimit-remaining: 0`` and ``x-ratelimit-reset``) and
-``latency`` (delay, then answer normally). Rules are consumed in the order added.
+``latency`` (delay, then answer normally) and ``late_answer`` (act at once, then
+delay the answer: GitHub made the comment or check run, and the caller's read
+timeout lost the answer). Rules are consumed in the order added.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from emulator.errors import ApiError
 
-KINDS = ("status", "secondary_rate_limit", "primary_rate_limit", "latency")
+KINDS = ("status", "secondary_rate_limit", "primary_rate_limit", "latency", "late_answer")
 _SECONDARY_MESSAGE = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
     "If you reach out to GitHub Support for help, please include the request ID "
@@ -70,9 +72,9 @@ def build_fault(fault_id: int, spec: dict[str, Any]) -> Fault:
     count = spec.get("count", 1)
     if not isinstance(count, int) or not 1 <= count <= 10_000:
         raise FaultError("count must be an integer from 1 to 10000")
-    default_status = {"status": 502, "latency": 200}.get(kind, 403)
+    default_status = {"status": 502, "latency": 200, "late_answer": 200}.get(kind, 403)
     status = spec.get("status", default_status)
-    if kind != "latency" and (not isinstance(status, int) or not 400 <= status <= 599):
+    if kind not in {"latency", "late_answer"} and (not isinstance(status, int) or not 400 <= status <= 599):
         raise FaultError("status must be an HTTP error code (400-599)")
     if kind in {"secondary_rate_limit", "primary_rate_limit"} and status not in {403, 429}:
         raise FaultError("rate limits answer 403 or 429")

@@ -31,8 +31,9 @@ STARTED_NOT_RUNNING = (
     "was running, so it has no lease"
 )
 DOUBLED_CREATE = (
-    "Baton bug (test_github_faults.py::test_a_create_whose_answer_is_lost_is_made_once): a create GitHub "
-    "was slow to answer was retried and made twice: {problems}"
+    "the emulator's latency fault made a create past Baton's read timeout (GitHub itself ends a request "
+    "after 10 s; a create it made in time is found again: test_a_create_whose_answer_is_lost_is_made_once), "
+    "and a second was made: {problems}"
 )
 LOCK_OF_A_DEAD_WRITER = (
     "Baton bug (test_worker_sigkill.py::test_a_worker_killed_while_writing_a_status_comment_does_not_"

@@ -71,6 +71,18 @@ def test_latency_fault_delays_then_answers(world: World) -> None:
     assert elapsed >= 0.3 > fast
 
 
+def test_a_late_answer_acts_at_once_and_answers_late(world: World) -> None:
+    """GitHub made the check run; the caller's read timeout lost the answer: the run is there before
+    the answer arrives."""
+    runs = f"{REPO_PATH}/check-runs"
+    _fault(world, kind="late_answer", path=runs, method="POST", latency_ms=1500)
+    with world.api(world.token()) as api, pytest.raises(httpx.ReadTimeout):
+        api.post(runs, json={"name": "made-once", "head_sha": world.head_sha}, timeout=0.5)
+    with world.api(world.token()) as api:
+        listed = api.get(f"{REPO_PATH}/commits/{world.head_sha}/check-runs").json()["check_runs"]
+    assert [r["name"] for r in listed].count("made-once") == 1
+
+
 def test_bad_fault_spec_is_rejected(world: World) -> None:
     assert world.admin.post("/_emulator/faults", json={"kind": "nope", "path": "/x"}).status_code == 422
     assert world.admin.post("/_emulator/faults", json={"path": "no-slash"}).status_code == 422

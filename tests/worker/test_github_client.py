@@ -123,6 +123,29 @@ def test_primary_rate_limit_waits_for_the_reset(stage: Stage) -> None:
     assert statuses[0] in (403, 429)
 
 
+def test_a_create_whose_answer_is_lost_is_not_sent_again(stage: Stage) -> None:
+    """GitHub made the check run; its answer came after the client's read timeout. A second POST
+    would make a second run, so none is sent: the run is found by its external id. A GET that
+    timed out the same way is simply asked again."""
+    creds = AppCredentials(str(stage.world.app_id), stage.world.private_key, stage.server.url)
+    gh = GitHubApp(creds, stage.rdb, timeout=1, retry=RetryPolicy(base_delay=0.05))
+    client = gh.for_repository(stage.world.installation_id, world.REPO, "gate")
+    runs = f"/repos/{world.REPO}/check-runs"
+    stage.admin.add_fault(runs, method="POST", kind="late_answer", latency_ms=2500, count=1)
+    made = api.create_check_run(
+        client, world.REPO, name="baton/merge-gate", head_sha=stage.world.head_sha,
+        external_id="task-lost", details_url=None, output=Output("t", "s"),
+    )  # fmt: skip
+    assert len(stage.requests("POST", runs)) <= 1  # the late answer is logged once it is sent, or not yet
+    held = [c for c in stage.admin.check_runs() if c["external_id"] == "task-lost"]
+    assert [c["id"] for c in held] == [made]
+
+    stage.admin.add_fault(f"/repos/{world.REPO}", method="GET", kind="late_answer", latency_ms=1500, count=1)
+    api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    time.sleep(1)  # the late answer is logged when it is sent
+    assert len(stage.requests("GET", f"/repos/{world.REPO}")) == 2
+
+
 def test_other_client_errors_are_not_retried(stage: Stage) -> None:
     gh = _client(stage, RetryPolicy(base_delay=0.05))
     client = gh.for_repository(stage.world.installation_id, world.REPO, "read")

@@ -22,7 +22,7 @@ from githubkit.exception import GitHubException, RequestFailed
 from worker.authorize import Permission
 from worker.github.client import GitHubError, error_detail, github_error
 from worker.github.limits import Action, Annotation, Output, actions_to_api, annotation_batches
-from worker.github.retry import unwrap
+from worker.github.retry import maybe_done, unwrap
 
 #: Comments read when looking for Baton's status comment (100 a page).
 MAX_COMMENT_PAGES = 10
@@ -213,7 +213,29 @@ def create_check_run(
         data["conclusion"] = conclusion
     if details_url:
         data["details_url"] = details_url
-    return int(request(gh, "POST", f"{repo_path(full_name)}/check-runs", json=data)["id"])
+    try:
+        return int(request(gh, "POST", f"{repo_path(full_name)}/check-runs", json=data)["id"])
+    except GitHubError as exc:
+        if not maybe_done(exc.__cause__):
+            raise
+        # Sent, and no answer: GitHub may have made it. A second POST would make a second run
+        # (one of them left in progress for ever), so look for ours by its external id.
+        found = check_run_by_external_id(gh, full_name, head_sha, name, external_id)
+        if found is None:
+            raise
+        return found
+
+
+def check_run_by_external_id(
+    gh: GitHub[Any], full_name: str, head_sha: str, name: str, external_id: str
+) -> int | None:
+    """The id of this App's run ``name`` on ``head_sha`` made for ``external_id``, if GitHub has one."""
+    path = f"{repo_path(full_name)}/commits/{head_sha}/check-runs"
+    found = request(gh, "GET", path, params={"check_name": name, "filter": "all", "per_page": 100})
+    for run in found.get("check_runs", []) if isinstance(found, dict) else []:
+        if isinstance(run, dict) and run.get("external_id") == external_id and isinstance(run.get("id"), int):
+            return int(run["id"])
+    return None
 
 
 def complete_check_run(

@@ -1,7 +1,10 @@
 """When to retry a GitHub call, and for how long: bounded, and never on a plain 4xx.
 
 Retried: 5xx and network failures (connect and read timeouts, refused and reset
-connections; exponential backoff, capped), secondary rate limits (403/429 with
+connections; exponential backoff, capped), except a POST whose request may have
+reached GitHub (``maybe_done``: it was sent and no answer came back): GitHub may
+have created the comment or check run, and a second POST would make a second one,
+so the caller finds what it made instead. Secondary rate limits (403/429 with
 Retry-After) and the primary rate limit (until x-ratelimit-reset), each only
 while the wait fits ``max_wait``. A wait longer than that fails the call at
 once: a job that sleeps for an hour holds a worker and tells nobody, while a
@@ -33,6 +36,25 @@ def unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
+#: Failures before anything was sent: GitHub cannot have acted on the request.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+#: Minting an installation token twice is harmless; every other POST creates something.
+_MINT_PATH_END = "/access_tokens"
+
+
+def maybe_done(cause: BaseException | None) -> bool:
+    """True if a request was sent and no answer came back: GitHub may have acted on it."""
+    return isinstance(cause, httpx.TransportError) and not isinstance(cause, _NOT_SENT)
+
+
+def _creates(cause: httpx.TransportError) -> bool:
+    try:
+        sent = cause.request
+    except RuntimeError:  # httpx raised it with no request attached: assume the worst
+        return True
+    return sent.method == "POST" and not sent.url.path.endswith(_MINT_PATH_END)
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     max_retries: int = 3
@@ -57,6 +79,8 @@ class RetryPolicy:
                 return RetryOption(False)
             return RetryOption(True, self.backoff(retry_count))
         if isinstance(cause, httpx.TransportError):  # timeouts, refused, reset, protocol errors
+            if maybe_done(cause) and _creates(cause):
+                return RetryOption(False)
             return RetryOption(True, self.backoff(retry_count))
         return RetryOption(False)
 
