@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,9 +49,10 @@ log = logging.getLogger("baton.publish")
 
 ISSUE_PREFIX = "baton:issue:"  # + repo id : issue number -> hash {comment_id, received_at, task_id}
 LOCK_PREFIX = "baton:issue-lock:"
-#: Longer than one comment write can take (a GitHub call with its bounded retries), so a lock
-#: never lapses under a live writer; a dead writer's lock lapses by itself.
-LOCK_MS = 300_000
+#: A dead writer's lock lapses this soon (a later status of the issue waits no longer); a live
+#: writer renews it every LOCK_RENEW_S for as long as its GitHub calls take (``_kept``).
+LOCK_MS = 15_000
+LOCK_RENEW_S = 5.0
 ISSUE_TTL_S = 90 * 24 * 3600
 
 
@@ -135,6 +137,7 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
     token = secrets.token_hex(8)
     if not cache.set(lock, token, nx=True, px=LOCK_MS):
         raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
+    keeper = _LockKeeper(cache, lock, token)
     try:
         record = {_text(k): _text(v) for k, v in cache.hgetall(issue).items()}
         mine = (pub.received_at, pub.task_id)
@@ -165,6 +168,7 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         cache.expire(issue, ISSUE_TTL_S)
         return f"status comment {comment_id}"
     finally:
+        keeper.stop()
         _release(cache, lock, token)
 
 
@@ -204,6 +208,38 @@ def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
 
 def _release(cache: redis.Redis, lock: str, token: str) -> None:
     cache.register_script(_RELEASE)(keys=[lock], args=[token])
+
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+class _LockKeeper:
+    """Renews an issue's status-comment lock from a thread while its holder waits on GitHub, so the
+    lock can be short: a writer that dies (SIGKILL, a lost machine) holds the issue for LOCK_MS at
+    most, not for as long as the slowest write could take."""
+
+    def __init__(self, cache: redis.Redis, lock: str, token: str) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(cache, lock, token), name="baton-issue-lock", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, cache: redis.Redis, lock: str, token: str) -> None:
+        renew = cache.register_script(_RENEW)
+        while not self._done.wait(LOCK_RENEW_S):
+            try:
+                if not renew(keys=[lock], args=[token, LOCK_MS]):
+                    return  # lapsed and taken: the writer finds out through _still_mine
+            except redis.RedisError as exc:
+                log.warning("could not renew a status-comment lock", extra={"lock": lock, "error": str(exc)})
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=LOCK_RENEW_S)
 
 
 def status_now(ctx: Context, task: Task, status: Status) -> str | None:

@@ -13,13 +13,11 @@ from __future__ import annotations
 import re
 import time
 
-import orjson
 import pytest
 import redis
 
-from bot import records
 from tests.drills import accounting
-from worker import lifecycle, publish
+from worker import lifecycle
 from worker.lifecycle import State
 
 #: Longer than any live worker keeps a task in either state in these drills (no GitHub faults there).
@@ -34,10 +32,6 @@ DOUBLED_CREATE = (
     "the emulator's latency fault made a create past Baton's read timeout (GitHub itself ends a request "
     "after 10 s; a create it made in time is found again: test_a_create_whose_answer_is_lost_is_made_once), "
     "and a second was made: {problems}"
-)
-LOCK_OF_A_DEAD_WRITER = (
-    "Baton bug (test_worker_sigkill.py::test_a_worker_killed_while_writing_a_status_comment_does_not_"
-    "silence_the_issue): task {task}'s status comment waits behind the lock of a writer that is gone"
 )
 
 
@@ -99,10 +93,4 @@ class Watch:
         state = lifecycle.current(self.rdb, task_id)
         if state is State.QUEUED and "started registry" in accounting.describe(self.rdb, [task_id]):
             return STARTED_NOT_RUNNING.format(task=task_id)
-        raw = lifecycle.field(self.rdb, task_id, "publication")
-        if state in lifecycle.TERMINAL and raw and self.rdb.zscore(records.OUTBOX_KEY, task_id) is not None:
-            pub = orjson.loads(raw)
-            token = self.rdb.get(f"{publish.LOCK_PREFIX}{pub['repo_id']}:{pub.get('number')}")
-            if token is not None:  # the same holder all along: see ``stuck``
-                return LOCK_OF_A_DEAD_WRITER.format(task=task_id) + f"\nheld by {token!r}"
         return None

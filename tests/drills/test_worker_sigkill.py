@@ -303,11 +303,6 @@ def test_a_worker_killed_as_it_starts_a_job_has_its_task_ended_within_the_lease(
              f"task {task_id} to end ({accounting.describe(rdb, [task_id])})", workers.log)  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Baton bug: a worker killed while writing an issue's status comment keeps its lock "
-    "(publish.LOCK_MS = 300 s): every later status of that issue waits Busy until it lapses",
-)
 def test_a_worker_killed_while_writing_a_status_comment_does_not_silence_the_issue(
     stage: Stage, workers: Workers, rdb: redis.Redis
 ) -> None:

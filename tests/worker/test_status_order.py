@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from bot.tasks import Task
 from emulator import world
 from tests.worker.conftest import Stage
@@ -105,3 +107,30 @@ def test_a_new_issues_first_status_is_created_without_listing_comments(stage: St
     publish.write_status(gh, stage.rdb, _publication(stage, number, "only"), stage.world.app_id)
     assert len(stage.baton_comments(number)) == 1
     assert stage.requests("GET", f"/issues/{number}/comments") == []
+
+
+def test_a_slow_writer_keeps_its_short_lock_for_as_long_as_it_writes(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock lapses soon after a dead writer, so a live one renews it: GitHub slower than the lock's
+    whole lifetime still leaves the write done and no other writer let in."""
+    monkeypatch.setattr(publish, "LOCK_MS", 400)
+    monkeypatch.setattr(publish, "LOCK_RENEW_S", 0.1)
+    number = stage.issue("Slow GitHub")
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
+    stage.admin.add_fault(f"/repos/{world.REPO}/issues/{number}/comments", method="POST", kind="latency",
+                          latency_ms=1500, count=1)  # fmt: skip
+    lock = f"{publish.LOCK_PREFIX}{_repo_id(stage)}:{number}"
+    seen: list[bool] = []
+    pub = _publication(stage, number, "slow")
+    writer = threading.Thread(target=publish.write_status, args=(gh, stage.rdb, pub, stage.world.app_id))
+    writer.start()
+    while writer.is_alive():
+        seen.append(bool(stage.rdb.exists(lock)))
+        time.sleep(0.05)
+    writer.join()
+    assert len(seen) > 10
+    assert all(seen[1:-2])  # held the whole time, well past its 400 ms
+    assert not stage.rdb.exists(lock)  # and released at the end
+    assert [c["body"].endswith("slow") for c in stage.baton_comments(number)] == [True]
