@@ -42,21 +42,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import redis
 from rq import Worker
 from rq.exceptions import NoSuchJobError, StopRequested
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from bot import records
+from bot import queues, records
 from bot.errors import BatonError
 from worker import context, jobs, lifecycle, outbox, redeliver
 from worker.context import Context
+from worker.lifecycle import State
 from worker.publish import publisher
 from worker.runner import box
 from worker.runs import admit
@@ -187,6 +191,11 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
         data = _job_argument(ctx, task_id)
         error = BatonError("worker-lost", "the task's lease ran out: its worker stopped renewing it")
         ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish)
+    for task_id, job_id, data in _never_started(ctx):
+        if stop():
+            return ended, 0
+        error = BatonError("worker-lost", "its worker stopped as the job started, before the task ran")
+        ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish, job_id=job_id)
     published = 0
     if publish and ctx.github is not None:
         published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
@@ -194,6 +203,28 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
         redeliver.maybe_run(ctx)
     return ended, published
+
+
+def _never_started(ctx: Context) -> list[tuple[str, str, Any]]:
+    """Jobs RQ started whose task never moved to running, and whose heartbeat stopped ``LEASE_S`` ago:
+    their worker died between taking the job and its first line. The task holds no lease yet, so
+    the lease sweep cannot see it, and RQ's own cleanup comes only every ``RQ_CLEAN_EVERY_S``."""
+    stale = now() - timedelta(seconds=lifecycle.LEASE_S)
+    found = []
+    for name in queues.BY_NAME:
+        registry = StartedJobRegistry(name, connection=ctx.redis, serializer=JSONSerializer)
+        for job_id, execution_id in registry.get_job_and_execution_ids(cleanup=False):
+            task_id = admit.task_id_of(job_id)
+            if lifecycle.current(ctx.redis, task_id) is not State.QUEUED:
+                continue  # running (its lease covers it), or over
+            try:  # the worker's heartbeats for this job (the job's own fields are the job process's)
+                beat = Execution.fetch(execution_id, job_id, connection=ctx.redis).last_heartbeat
+                job = Job.fetch(job_id, connection=ctx.redis, serializer=JSONSerializer)
+            except (NoSuchJobError, ValueError, KeyError):
+                continue  # gone meanwhile, or an execution RQ has already cleaned up
+            if beat < stale:
+                found.append((task_id, job_id, job.args[0] if job.args else None))
+    return found
 
 
 def _job_argument(ctx: Context, task_id: str) -> Any:

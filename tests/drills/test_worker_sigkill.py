@@ -213,11 +213,9 @@ def test_sigkilled_workers_and_job_processes_lose_nothing(
         chaos.track()
         time.sleep(0.2)
 
-    deadline, watch, bugs = time.monotonic() + SETTLE_S, known_bugs.Watch(rdb), None
+    deadline = time.monotonic() + SETTLE_S
     while (left := accounting.pending(rdb, sent) + accounting.unsettled(rdb)) and time.monotonic() < deadline:
         chaos.track()
-        if bugs := watch.stuck(left):
-            break
         time.sleep(0.25)
     chaos.track()
     took = time.monotonic() - started
@@ -230,8 +228,6 @@ def test_sigkilled_workers_and_job_processes_lose_nothing(
         assert k.gone_at is not None, f"{alive(k.tree)} survived\n{context}"
         assert k.gone_at - k.at < ORPHAN_S, context
     assert marked(chaos.killed_marks) == [], context
-    if left and bugs:
-        pytest.xfail("; ".join(sorted(set(bugs))))
     assert not left, f"{accounting.describe(rdb, left)}\n{context}"
 
     # 1. The accounting.
@@ -277,12 +273,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Baton bug: a worker that dies after RQ started a job but before jobs._execute moved its task "
-    "to running leaves it queued with no lease; only RQ's registry cleanup (every "
-    "rqworker.RQ_CLEAN_EVERY_S = 600 s) ends it",
-)
 def test_a_worker_killed_as_it_starts_a_job_has_its_task_ended_within_the_lease(
     stage: Stage, workers: Workers, rdb: redis.Redis, redis_url: str
 ) -> None:
