@@ -74,12 +74,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # bench/ is this script's directory: control_path.py's process handling is reused as it is.
-from control_path import Processes, baton_env, events_without, installation_token, wait_http  # noqa: E402
+from control_path import (  # noqa: E402
+    Processes,
+    baton_env,
+    events_without,
+    installation_token,
+    start_redis_and_emulator,
+    wait_http,
+)
 
 from bot.app import WEBHOOK_PATH  # noqa: E402
 from bot.queues import ALL as ALL_QUEUES  # noqa: E402
 from bot.records import HISTORY_SUFFIX, TASK_PREFIX  # noqa: E402
-from bot.redis_server import EmbeddedRedis, free_port  # noqa: E402
+from bot.redis_server import free_port  # noqa: E402
 from emulator import world  # noqa: E402
 from emulator.admin_client import AdminClient  # noqa: E402
 from evidence.audit import chain_key, pending_key  # noqa: E402
@@ -277,27 +284,7 @@ class Bench:
 
 
 def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, Any]) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "GITHUB_"))}
-    for name in ("REDIS_URL", "PRIVATE_KEY", "PRIVATE_KEY_PATH", "APP_ID", "WEBHOOK_SECRET", "PORT", "HOST"):
-        base.pop(name, None)
-    base["XDG_CACHE_HOME"] = str(work / "cache")
-    server = EmbeddedRedis(data_dir=work / "redis", durable=True)
-    procs.stop_hooks.append(server.stop)
-    server.start()
-    port_gh = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "bot.cli",
-        "emulator",
-        "--port",
-        str(port_gh),
-        "--state",
-        str(work / "github"),
-    ]
-    emulator = procs.start("emulator", argv, base)
-    api = f"http://127.0.0.1:{port_gh}"
-    wait_http(f"{api}/_emulator/health", emulator.popen, "the emulator", emulator.log)
+    base, server, _, api = start_redis_and_emulator(work, procs)
     port = free_port()
     with AdminClient(api, timeout=120) as admin:
         admin.settings(rate_limit=1_000_000_000)

@@ -654,8 +654,9 @@ def start_worker(procs: Processes, env: dict[str, str], rdb: redis.Redis, n: int
     return proc  # if RQ no longer registers workers there, the warm-up labels prove it works
 
 
-def setup(work: Path, procs: Processes, labels: int) -> Bench:
-    """Redis, the emulator and its world with every issue, `baton serve`, one `baton worker`."""
+def start_redis_and_emulator(work: Path, procs: Processes) -> tuple[dict[str, str], EmbeddedRedis, Proc, str]:
+    """A durable Redis and `baton emulator` under ``work``: the environment Baton's processes start
+    from (none of this shell's Baton or GitHub settings), the server, the emulator's process and URL."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "GITHUB_"))}
     for name in ("REDIS_URL", "PRIVATE_KEY", "PRIVATE_KEY_PATH", "APP_ID", "WEBHOOK_SECRET", "PORT", "HOST"):
         base.pop(name, None)
@@ -677,6 +678,12 @@ def setup(work: Path, procs: Processes, labels: int) -> Bench:
     emulator = procs.start("emulator", argv, base)
     api = f"http://127.0.0.1:{port_gh}"
     wait_http(f"{api}/_emulator/health", emulator.popen, "the emulator", emulator.log)
+    return base, server, emulator, api
+
+
+def setup(work: Path, procs: Processes, labels: int) -> Bench:
+    """Redis, the emulator and its world with every issue, `baton serve`, one `baton worker`."""
+    base, server, emulator, api = start_redis_and_emulator(work, procs)
     admin = AdminClient(api, timeout=60)
     admin.settings(rate_limit=1_000_000_000)  # the emulator's 5,000/h would be spent by step 0 alone
     port = free_port()
