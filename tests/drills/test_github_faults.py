@@ -40,9 +40,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,10 +48,9 @@ import redis
 
 from bot import queues
 from emulator import world
-from tests.conftest import EvidenceKeys
 from tests.drills import accounting
-from tests.drills.procs import registered, wait_for, worker_pool
-from tests.worker.conftest import Stage, Workers, make_stage
+from tests.drills.procs import registered, wait_for
+from tests.worker.conftest import Stage, Workers
 from worker import lifecycle
 from worker.github.client import DEFAULT_TIMEOUT
 from worker.github.retry import RetryPolicy
@@ -135,17 +132,6 @@ NOISE = (
     {"kind": "primary_rate_limit", "status": 403, "reset_in": 1},
     {"kind": "latency", "latency_ms": 1500},
 )
-
-
-@pytest.fixture
-def stage(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
-    yield from make_stage(tmp_path, redis_url, rdb)
-
-
-@pytest.fixture
-def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Workers]:
-    with worker_pool(stage, redis_url, tmp_path, evidence_keys) as pool:
-        yield pool
 
 
 @dataclass

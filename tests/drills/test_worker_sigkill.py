@@ -40,16 +40,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import redis
 
 from bot import queues
 from emulator import world
-from tests.conftest import EvidenceKeys
 from tests.drills import accounting, known_bugs
 from tests.drills.procs import (
     Proc,
@@ -62,9 +59,8 @@ from tests.drills.procs import (
     running_task,
     wait_for,
     worker_env,
-    worker_pool,
 )
-from tests.worker.conftest import Stage, Workers, make_stage
+from tests.worker.conftest import Stage, Workers
 from worker import lifecycle, publish
 from worker.lifecycle import State
 from worker.rqworker import RENEW_EVERY_S
@@ -174,17 +170,6 @@ class Chaos:
         now = time.monotonic()
         for k in self.kills:
             k.track(self.stage.rdb, now)
-
-
-@pytest.fixture
-def stage(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
-    yield from make_stage(tmp_path, redis_url, rdb)
-
-
-@pytest.fixture
-def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys) -> Iterator[Workers]:
-    with worker_pool(stage, redis_url, tmp_path, evidence_keys) as pool:
-        yield pool
 
 
 def test_sigkilled_workers_and_job_processes_lose_nothing(
