@@ -52,7 +52,6 @@ import base64
 import contextlib
 import datetime as dt
 import json
-import math
 import os
 import platform
 import shutil
@@ -74,11 +73,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # bench/ is this script's directory: control_path.py's process handling is reused as it is.
+import control_path  # noqa: E402
 from control_path import (  # noqa: E402
     Processes,
     baton_env,
     events_without,
     installation_token,
+    pct,
+    say,
     start_redis_and_emulator,
     wait_http,
 )
@@ -99,19 +101,6 @@ TARGET_AGENT_MS, TARGET_PR_MS = 2000.0, 5000.0
 RUN_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 60.0
 TERMINAL = {"pr_opened", "done", "failed", "denied", "refused", "cancelled", "timed-out", "accepted"}
-BEGAN = time.monotonic()
-
-
-def say(text: str) -> None:
-    print(f"[{time.monotonic() - BEGAN:5.1f}s] {text}", flush=True)
-
-
-def pct(values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def epoch(stamp: str) -> float:
@@ -413,7 +402,7 @@ def main() -> int:
         with contextlib.suppress(KeyboardInterrupt):
             procs.stop_all()
     out["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    out["seconds"] = round(time.monotonic() - BEGAN, 1)
+    out["seconds"] = round(time.monotonic() - control_path.BEGAN, 1)
     out["error"] = failed
     if failed is None:
         report(out)
