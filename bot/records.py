@@ -32,3 +32,10 @@ BOX_PROBES_KEY = "baton:box-probes"
 OUTBOX_KEY = "baton:outbox"
 #: + repo id : issue number -> the id of the task whose agent run holds the issue (one run per issue).
 RUN_LOCK_PREFIX = "baton:run-lock:"
+
+
+def text(raw: bytes | str | None) -> str:
+    """A value read from Redis as text ("" for none): redis-py answers bytes unless asked not to."""
+    if raw is None:
+        return ""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

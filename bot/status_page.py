@@ -185,11 +185,11 @@ class StatusPage:
                 pipe.zrevrange(records.REGISTRY_PREFIX + state, 0, RECENT - 1, withscores=True)
             found = await pipe.execute()
         depths = {spec.name: int(n) for spec, n in zip(queues.ALL, found, strict=False)}
-        workers = sorted(_text(w) for w in found[len(queues.ALL)])[:MAX_WORKERS]
+        workers = sorted(records.text(w) for w in found[len(queues.ALL)])[:MAX_WORKERS]
         probes = _probes(found[len(queues.ALL) + 1])
         newest: list[tuple[float, str]] = []
         for ranked in found[len(queues.ALL) + 2 :]:
-            newest += [(float(score), _text(task)) for task, score in ranked]
+            newest += [(float(score), records.text(task)) for task, score in ranked]
         ids = [task for _, task in sorted(newest, reverse=True)[:RECENT]]
         async with client.pipeline(transaction=False) as pipe:
             for name in workers:  # a worker that died without deregistering has no key any more
@@ -288,14 +288,8 @@ class StatusPage:
         )
 
 
-def _text(raw: bytes | str | None) -> str:
-    if raw is None:
-        return ""
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-
-
 def _int(raw: object) -> int | None:
-    text = _text(raw) if isinstance(raw, bytes | str) else raw
+    text = records.text(raw) if isinstance(raw, bytes | str) else raw
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     return int(text) if isinstance(text, str) and text.isdigit() and len(text) < 19 else None
@@ -315,7 +309,7 @@ def _probes(found: Mapping[Any, Any]) -> list[tuple[str, bool, tuple[str, ...], 
     for host, raw in found.items():
         try:
             data = orjson.loads(raw)
-            entry = (_text(host), data["network_cutoff"] is True,
+            entry = (records.text(host), data["network_cutoff"] is True,
                      tuple(str(p) for p in data.get("problems", ())), str(data.get("at", "")))  # fmt: skip
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             continue
@@ -324,7 +318,7 @@ def _probes(found: Mapping[Any, Any]) -> list[tuple[str, bool, tuple[str, ...], 
 
 
 def _row(task_id: str, values: Sequence[bytes | None], data: bytes | None) -> TaskRow:
-    got = dict(zip(_FIELDS, (_text(v) for v in values), strict=True))
+    got = dict(zip(_FIELDS, (records.text(v) for v in values), strict=True))
     state = got["state"] or "unknown"
     row = TaskRow(task_id, state, decision(state, got["detail"]), got["updated_at"], kind=got["kind"])
     row.pull_request = _int(got["pull_request"])

@@ -137,15 +137,14 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
     token = secrets.token_hex(8)
     if not cache.set(lock, token, nx=True, px=LOCK_MS):
         raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
-    keeper = _LockKeeper(cache, lock, token)
     try:
-        record = {_text(k): _text(v) for k, v in cache.hgetall(issue).items()}
+        record = {records.text(k): records.text(v) for k, v in cache.hgetall(issue).items()}
         mine = (pub.received_at, pub.task_id)
         theirs = (record.get("received_at", ""), record.get("task_id", ""))
         if theirs > mine:
             return f"status comment left to newer task {theirs[1]}"
         run = cache.get(f"{records.RUN_LOCK_PREFIX}{pub.repo_id}:{pub.number}")
-        passing = run is not None and _text(run) != pub.task_id  # another task's run holds the issue
+        passing = run is not None and records.text(run) != pub.task_id  # another task's run holds the issue
         digest = hashlib.sha256(pub.comment.encode()).hexdigest()
         comment_id = int(record["comment_id"]) if record.get("comment_id") else None
         if comment_id is not None and theirs == mine and record.get("body_sha256") == digest:
@@ -158,7 +157,8 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
                 pipe.hset(issue, "creating", pub.task_id)
                 pipe.expire(issue, ISSUE_TTL_S)
                 pipe.execute()
-        comment_id = _write(gh, pub, comment_id, app_id, look=look)
+        with _LockKeeper(cache, lock, token):  # only GitHub may take long
+            comment_id = _write(gh, pub, comment_id, app_id, look=look)
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
         mapping = {"comment_id": str(comment_id), "body_sha256": digest}
@@ -168,7 +168,6 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         cache.expire(issue, ISSUE_TTL_S)
         return f"status comment {comment_id}"
     finally:
-        keeper.stop()
         _release(cache, lock, token)
 
 
@@ -191,10 +190,6 @@ def _write(
     return api.upsert_comment(gh, pub.full_name, number, body, ours)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -203,7 +198,7 @@ return 0
 
 def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
     held = cache.get(lock)
-    return held is not None and _text(held) == token
+    return held is not None and records.text(held) == token
 
 
 def _release(cache: redis.Redis, lock: str, token: str) -> None:
@@ -226,7 +221,13 @@ class _LockKeeper:
         self._thread = threading.Thread(
             target=self._run, args=(cache, lock, token), name="baton-issue-lock", daemon=True
         )
+
+    def __enter__(self) -> None:
         self._thread.start()
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=LOCK_RENEW_S)
 
     def _run(self, cache: redis.Redis, lock: str, token: str) -> None:
         renew = cache.register_script(_RENEW)
@@ -236,10 +237,6 @@ class _LockKeeper:
                     return  # lapsed and taken: the writer finds out through _still_mine
             except redis.RedisError as exc:
                 log.warning("could not renew a status-comment lock", extra={"lock": lock, "error": str(exc)})
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=LOCK_RENEW_S)
 
 
 def status_now(ctx: Context, task: Task, status: Status) -> str | None:

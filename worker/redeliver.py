@@ -177,14 +177,14 @@ def run_pass(ctx: Context, interval_s: float, *, include_4xx: bool = False, now:
     app = ctx.github
     if app is None:
         raise RuntimeError("run_pass needs the App's credentials")
-    state = {_text(k): _text(v) for k, v in ctx.redis.hgetall(STATE_KEY).items()}
+    state = {records.text(k): records.text(v) for k, v in ctx.redis.hgetall(STATE_KEY).items()}
     checkpoint = int(state.get("checkpoint") or 0)
     listed, newest_id = _list_failed(app.app, since=max(now - RETENTION_S, 0), checkpoint=checkpoint)
     asked_before: list[str] = orjson.loads(state["asked"]) if state.get("asked") else []
     # The last pass's GUIDs too: their redeliveries may have succeeded, and success is not listed.
     guids = sorted({a.guid for a in listed} | set(asked_before))
     stored, requested = _stored_and_requested(ctx.redis, guids)
-    given_up = {_text(g) for g in ctx.redis.smembers(GIVEN_UP_KEY)}
+    given_up = {records.text(g) for g in ctx.redis.smembers(GIVEN_UP_KEY)}
     decided = plan(listed, stored=stored, requested=requested, given_up=given_up, include_4xx=include_4xx)
     recovered_now = set(decided.recovered) | (set(asked_before) & stored)
     asked: list[str] = []
@@ -219,10 +219,6 @@ def run_pass(ctx: Context, interval_s: float, *, include_4xx: bool = False, now:
     if asked or decided.given_up or recovered_now:
         log.info("redelivery pass", extra={"task": "-", "detail": summary.to_json().decode()})
     return summary
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def last_pass(client: redis.Redis) -> dict[str, Any] | None:

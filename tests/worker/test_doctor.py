@@ -363,23 +363,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
     ]
     assert [line.split(":")[0].split(None, 1)[1] for line in lines[:-1]] == expected
     assert lines[-1] == "baton doctor: everything Baton needs works"
-    for name in (
-        "configuration",
-        "redis",
-        "redis persistence",
-        "redis eviction",
-        "github app",
-        "github permissions",
-        "github installations",
-        "webhook secret",
-        "signing key",
-        "audit secret",
-        "public url",
-        "data dir",
-        "git",
-        "box",
-        "box network cut-off",
-    ):
+    for name in expected[: expected.index("box limits")]:  # all but the limits and the CLIs, which vary
         assert _line(lines, name).startswith("ok    "), out
     notes = {line.split()[0]: line for line in out.splitlines() if line.startswith("        ")}
     assert notes["WEBHOOK_SECRET"].endswith("set (secret: value not shown) (from ./.env)")

@@ -30,7 +30,7 @@ import yaml
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from bot import envfile, redis_server, settings
+from bot import envfile, records, redis_server, settings
 from bot.errors import BatonError
 from worker.commands import _doctor_checks as judge
 from worker.github.client import USER_AGENT, error_detail
@@ -169,14 +169,10 @@ def _ask_redis(client: redis.Redis, where: str) -> judge.RedisFacts:
     try:
         for name in _REDIS_KEYS:
             answer = client.config_get(name)
-            found.update({_text(k): _text(v) for k, v in answer.items()})
+            found.update({records.text(k): records.text(v) for k, v in answer.items()})
     except redis.ResponseError as exc:  # NOPERM, or CONFIG renamed away ("unknown command")
         return judge.RedisFacts(where=where, version=version, config_error=str(exc).split("\n")[0][:200])
     return judge.RedisFacts(where=where, version=version, config=found)
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 # -- GitHub -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from githubkit.exception import GitHubException, RequestFailed
 
 from bot.errors import BatonError
 from worker.github import transport
-from worker.github.retry import RetryPolicy, unwrap
+from worker.github.retry import MINT_PATH_END, RetryPolicy, unwrap
 from worker.github.tokens import SealedTokenCache, SealedTokenStrategy
 
 CACHE_PREFIX = "baton:github"
@@ -62,9 +62,6 @@ PERMISSIONS: dict[str, dict[str, str]] = {
         "checks": "write",
     },
 }
-
-#: The path that mints installation tokens ends so; a 4xx there is a refusal to mint.
-_MINT_PATH_END = "/access_tokens"
 
 
 class GitHubError(BatonError):
@@ -195,7 +192,7 @@ def github_error(exc: GitHubException, what: str) -> GitHubError:
         status = cause.response.status_code
         retry_after = retry_after_seconds(status, cause.response.headers)
         refused = 400 <= status < 500 and status != 429 and retry_after is None
-        if refused and cause.request.url.path.endswith(_MINT_PATH_END):
+        if refused and cause.request.url.path.endswith(MINT_PATH_END):  # a refusal to mint
             code = "token-refused"
     return GitHubError(code, f"{what}: {error_detail(exc)}", status=status, retry_after=retry_after)
 

@@ -38,8 +38,9 @@ def unwrap(exc: BaseException) -> BaseException:
 
 #: Failures before anything was sent: GitHub cannot have acted on the request.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
-#: Minting an installation token twice is harmless; every other POST creates something.
-_MINT_PATH_END = "/access_tokens"
+#: How the path that mints installation tokens ends. Minting twice is harmless; every other POST
+#: creates something.
+MINT_PATH_END = "/access_tokens"
 
 
 def maybe_done(cause: BaseException | None) -> bool:
@@ -52,7 +53,7 @@ def _creates(cause: httpx.TransportError) -> bool:
         sent = cause.request
     except RuntimeError:  # httpx raised it with no request attached: assume the worst
         return True
-    return sent.method == "POST" and not sent.url.path.endswith(_MINT_PATH_END)
+    return sent.method == "POST" and not sent.url.path.endswith(MINT_PATH_END)
 
 
 @dataclass(frozen=True, slots=True)
