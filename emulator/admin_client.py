@@ -348,6 +348,11 @@ class AdminClient:
     def clear_faults(self) -> None:
         self.call("DELETE", "/faults")
 
+    def faults(self) -> list[dict[str, Any]]:
+        """The active rules with their ``hits`` so far: a fault has met its request once it has a hit."""
+        result: list[dict[str, Any]] = self.call("GET", "/faults")
+        return result
+
     def settings(self, **fields: Any) -> dict[str, Any]:
         """``token_ttl_seconds`` and/or ``rate_limit``."""
         result: dict[str, Any] = self.call("PATCH", "/settings", fields)

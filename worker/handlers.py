@@ -56,6 +56,8 @@ LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
 #: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
 AUTHORISED = "authorised"
+#: Set on a task's record (to the head) while its merge-gate check run's create awaits GitHub's answer.
+CHECK_RUN_OPENING = "check_run_opening"
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,19 @@ class Result:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-def failed(task: Task, exc: BatonError, *, speak: bool, check_run_ids: Sequence[int] = ()) -> Result:
+def failed(
+    task: Task,
+    exc: BatonError,
+    *,
+    speak: bool,
+    check_run_ids: Sequence[int] = (),
+    unanswered: Sequence[tuple[str, str]] = (),
+) -> Result:
     """The task could not finish: a fixed sentence for its error code, never the exception text.
 
     ``speak``: whether the issue may hear about it (only once the sender was authorised,
-    or for a label). Check runs the task opened are completed whatever happened.
+    or for a label). Check runs the task opened are completed whatever happened, those whose
+    create went unanswered (``unanswered``: name and head) too, found by the task's external id.
     """
     state = State.TIMED_OUT if exc.code == "timed-out" else State.FAILED
     status = None
@@ -80,8 +90,10 @@ def failed(task: Task, exc: BatonError, *, speak: bool, check_run_ids: Sequence[
                         next_steps=("Comment `/baton retry` once the cause is fixed.",))  # fmt: skip
     title = "Baton timed out" if state is State.TIMED_OUT else "Baton could not finish"
     conclusion = "timed_out" if state is State.TIMED_OUT else "failure"
-    runs = tuple(CheckRunEnd(i, conclusion, title, f"{failure(exc.code)} (error code `{exc.code}`)")
-                 for i in check_run_ids)  # fmt: skip
+    summary = f"{failure(exc.code)} (error code `{exc.code}`)"
+    runs = tuple(CheckRunEnd(i, conclusion, title, summary) for i in check_run_ids) + tuple(
+        CheckRunEnd(None, conclusion, title, summary, name=name, head_sha=head) for name, head in unanswered
+    )
     return Result(state, f"{exc.code}: {exc.message}", status, runs)
 
 
@@ -335,10 +347,12 @@ def merge_gate(ctx: Context, task: Task) -> Result:
 
     def open_run(head: str) -> int:
         output = Output("Baton merge gate", "Evaluating this commit.")
+        # Marked before it is sent and recorded at once: whatever ends this task from here on
+        # completes this run (see worker.jobs), even one whose answer this process never heard.
+        lifecycle.annotate(ctx.redis, task.id, **{CHECK_RUN_OPENING: head})
         run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
                                       external_id=task.id, details_url=None, output=output)  # fmt: skip
-        # Recorded at once: whatever ends this task from here on completes this run (see worker.jobs).
-        lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id))
+        lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})
         return run_id
 
     run_id, verdict, detail = gates.evaluate(ctx, task, open_run=open_run)

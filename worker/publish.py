@@ -62,9 +62,13 @@ class Busy(BatonError):
 
 @dataclass(frozen=True, slots=True)
 class CheckRunEnd:
-    """A check run to complete: its id, conclusion and output."""
+    """A check run to complete: its id, conclusion and output.
 
-    check_run_id: int
+    No id: the task sent the run's create and died before hearing the answer, so GitHub may hold
+    a run nobody knows the id of. It is found by the task's external id on ``head_sha`` and
+    completed; if GitHub never made it, there is nothing to complete."""
+
+    check_run_id: int | None
     conclusion: str
     title: str
     summary: str
@@ -72,6 +76,8 @@ class CheckRunEnd:
     actions: Sequence[dict[str, str]] = ()  # ``Action`` fields: buttons, e.g. "Approve run"
     text: str | None = None  # the signed receipt (``worker.receipts``), whole
     details_url: str | None = None  # where ``baton serve`` serves that receipt
+    name: str | None = None  # with ``head_sha``, where to look for a run whose id is unknown
+    head_sha: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,18 +111,28 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
     if pub.check_runs:
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         for run in pub.check_runs:
-            api.complete_check_run(gh, pub.full_name, run.check_run_id, conclusion=run.conclusion,
+            run_id = run.check_run_id if run.check_run_id is not None else _find(gh, pub, run)
+            if run_id is None:
+                done.append(f"no check run {run.name} to complete (GitHub never made it)")
+                continue
+            api.complete_check_run(gh, pub.full_name, run_id, conclusion=run.conclusion,
                                    output=Output(run.title, run.summary, run.text),
                                    details_url=run.details_url,
                                    annotations=[Annotation(**a) for a in run.annotations],
                                    actions=[Action(**a) for a in run.actions])  # fmt: skip
             audit.note(cache, pub.installation_id, pub.task_id, "check-run-posted",
-                       check_run_id=run.check_run_id, conclusion=run.conclusion)  # fmt: skip
-            done.append(f"check run {run.check_run_id} {run.conclusion}")
+                       check_run_id=run_id, conclusion=run.conclusion)  # fmt: skip
+            done.append(f"check run {run_id} {run.conclusion}")
     if pub.comment is not None and pub.number is not None:
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         done.append(write_status(gh, cache, pub, app_id))
     return "; ".join(done) or "nothing to publish"
+
+
+def _find(gh: GitHub[Any], pub: Publication, run: CheckRunEnd) -> int | None:
+    if run.name is None or run.head_sha is None:
+        return None
+    return api.check_run_by_external_id(gh, pub.full_name, run.head_sha, run.name, pub.task_id)
 
 
 def publisher(app: GitHubApp, cache: redis.Redis, app_id: int | None) -> Callable[[Publication], str]:

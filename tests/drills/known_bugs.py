@@ -1,7 +1,8 @@
 """What the stream drills may meet by chance that is the emulator's, not Baton's.
 
-The drills found three Baton defects (a create retried after its answer was lost, a task left queued
-by a worker that died as its job started, an issue's status lock held for minutes by a dead writer);
+The drills found four Baton defects (a create retried after its answer was lost, a task left queued
+by a worker that died as its job started, an issue's status lock held for minutes by a dead writer,
+a merge-gate check run left in progress by a job process killed before it heard the run's id);
 each is fixed and has a deterministic drill of its own. One thing remains: the emulator's ``latency``
 fault sleeps before it acts, so a create can land after Baton's read timeout and be made twice,
 which GitHub (it ends a request after 10 s) does not do. ``check`` ends a drill whose only accounting

@@ -25,11 +25,12 @@ What must hold:
    kill is gone within ``ORPHAN_S``, and at the end no live process carries the environment mark
    of a killed worker (what its job processes and their git and box children inherit).
 
-Two moments the stream meets only by chance are then made certain, each a Baton bug found here and
-marked ``xfail(strict=True)`` until fixed (``tests.drills.known_bugs`` recognises them when the
-stream meets them, and ends it with ``xfail``): a worker killed after RQ started a job but before
-its task was ``running`` (no lease: the task stays ``queued`` for RQ's 10-minute registry cleanup),
-and a worker killed while writing a status comment (its 5-minute lock silences the issue).
+Three moments the stream meets only by chance are then made certain, each a Baton bug the stream
+found (now fixed): a worker killed after RQ started a job but before its task was ``running`` (no
+lease: the task stayed ``queued`` for RQ's 10-minute registry cleanup); a worker killed while
+writing a status comment (its 5-minute lock silenced the issue); and a job process killed between
+GitHub making the merge-gate check run and the task recording its id (the run stayed
+``in_progress`` for ever: nobody knew its id).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
@@ -62,6 +64,7 @@ from tests.drills.procs import (
 )
 from tests.worker.conftest import Stage, Workers
 from worker import lifecycle, publish
+from worker.gates import evaluate as gates
 from worker.lifecycle import State
 from worker.rqworker import RENEW_EVERY_S
 from worker.runs import admit
@@ -289,7 +292,10 @@ def test_a_worker_killed_while_writing_a_status_comment_does_not_silence_the_iss
     first = workers.start("a", queues=queues.CONTROL.name)
     stage.admin.label(world.REPO, number, ["agent:researcher"], sender="maria")
     locks = f"{publish.LOCK_PREFIX}*:{number}"
-    wait_for(lambda: list(rdb.scan_iter(locks)), 60, "the worker to write the status comment", workers.log)
+    wait_for(lambda: list(rdb.scan_iter(locks)), 60, "the worker to take the lock", workers.log)
+    # Killed once GitHub has the create, not merely once the lock is taken: a kill in between
+    # would leave the slow answer to the next writer, which must wait for it (a drill of nothing).
+    wait_for(lambda: _hit(stage, path), 60, "the status comment's create to reach GitHub", workers.log)
     first.kill()
     first.wait(timeout=10)
 
@@ -302,3 +308,40 @@ def test_a_worker_killed_while_writing_a_status_comment_does_not_silence_the_iss
     told = lambda: any("state `refused`" in c["body"] for c in stage.baton_comments(number))  # noqa: E731
     why = f"the refusal on the issue ({accounting.describe(rdb, [task_id])})"
     wait_for(told, 4 * RENEW_EVERY_S, why, workers.log)
+
+
+def test_a_job_process_killed_while_opening_the_merge_gate_check_run_leaves_none_in_progress(
+    stage: Stage, workers: Workers, rdb: redis.Redis
+) -> None:
+    # GitHub makes the check run at once and answers late: the job process dies with the run made
+    # and its id never heard. The failure path must find the run by its external id and complete it.
+    path = f"/repos/{world.REPO}/check-runs"
+    stage.admin.add_fault(path, method="POST", kind="late_answer", latency_ms=20_000, count=1)
+    worker = workers.start("a", queues=f"{queues.GATES.name},{queues.AGENTS.name}")  # forks per job
+    wait_for(lambda: registered(rdb, {worker.pid}), 60, "the worker to start", workers.log)
+    head = stage.admin.commit(world.REPO, "feature", {"notes.txt": "a note\n"}, base="main")
+    opened = stage.admin.open_pull(world.REPO, head="feature", user="maria", title="A note")
+    task_id = next(d["guid"] for d in opened["deliveries"] if d["event"] == "pull_request")
+    wait_for(lambda: _hit(stage, path), 60, "the check run's create to reach GitHub", workers.log)
+    [horse] = children(worker.pid)
+    os.kill(horse.pid, signal.SIGKILL)
+
+    def gate_runs() -> list[dict[str, Any]]:
+        return [c for c in stage.admin.check_runs() if c["head_sha"] == head and c["name"] == gates.CHECK]
+
+    def completed() -> bool:
+        return bool(gate_runs()) and all(c["status"] == "completed" for c in gate_runs())
+
+    wait_for(lambda: lifecycle.current(rdb, task_id) in lifecycle.TERMINAL, 30, "the task's end", workers.log)
+    why = f"the merge-gate check run to be completed ({accounting.describe(rdb, [task_id])})"
+    took = wait_for(completed, 15, why, workers.log)
+    print(f"\nthe merge-gate check run completed {took:.1f}s after its task ended")
+    [run] = gate_runs()
+    assert run["conclusion"] == "failure", run
+    assert run["external_id"] == task_id
+    assert "stopped before it finished" in run["output"]["summary"], run["output"]
+
+
+def _hit(stage: Stage, path: str) -> bool:
+    """Has GitHub (the emulator) met the request the fault on ``path`` waits for?"""
+    return any(f["path"] == path and f["hits"] for f in stage.admin.faults())

@@ -8,6 +8,7 @@ from bot import records
 from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, outbox
+from worker.handlers import CHECK_RUN_OPENING
 from worker.jobs import publish_now
 from worker.publish import publisher
 from worker.rqworker import sweep
@@ -118,6 +119,24 @@ def test_a_gate_task_whose_worker_died_after_creating_its_run_completes_it_as_fa
     assert (run["status"], run["conclusion"]) == ("completed", "failure")
     assert "stopped before it finished" in run["output"]["summary"]
     assert sweep(stage.ctx, publish=True) == (0, 0)  # nothing left to do
+
+
+def test_a_gate_task_that_died_sending_a_create_github_never_made_ends_with_nothing_to_complete(
+    stage: Stage,
+) -> None:
+    """The create was marked as sent and its answer never heard; GitHub has no such run (the request
+    never arrived): the task still ends, nothing is invented, and the outbox is left empty."""
+    delivery = _open_pull(stage)
+    task = stage.task(delivery)
+    lifecycle.move(stage.rdb, task.id, lifecycle.State.RUNNING, "merge_gate started")
+    lifecycle.annotate(stage.rdb, task.id, **{CHECK_RUN_OPENING: task.head_sha or ""})
+    stage.rdb.zadd(lifecycle.LEASES, {task.id: time.time() - 1})
+
+    assert sweep(stage.ctx, publish=True)[0] == 1
+    assert lifecycle.current(stage.rdb, task.id) == lifecycle.State.FAILED
+    assert "never made" in (lifecycle.field(stage.rdb, task.id, "published") or "")
+    assert [c for c in stage.admin.check_runs() if c["name"] == "baton/merge-gate"] == []
+    assert _pending(stage, task.id) is None
 
 
 def test_a_publication_claimed_by_a_worker_that_died_is_retried_after_the_claim_lapses(stage: Stage) -> None:

@@ -229,13 +229,16 @@ def create_check_run(
 def check_run_by_external_id(
     gh: GitHub[Any], full_name: str, head_sha: str, name: str, external_id: str
 ) -> int | None:
-    """The id of this App's run ``name`` on ``head_sha`` made for ``external_id``, if GitHub has one."""
+    """The id of this App's newest run ``name`` on ``head_sha`` made for ``external_id``, if GitHub
+    has one (a task may open a second run on one head, the first completed: ids only grow)."""
     path = f"{repo_path(full_name)}/commits/{head_sha}/check-runs"
     found = request(gh, "GET", path, params={"check_name": name, "filter": "all", "per_page": 100})
-    for run in found.get("check_runs", []) if isinstance(found, dict) else []:
-        if isinstance(run, dict) and run.get("external_id") == external_id and isinstance(run.get("id"), int):
-            return int(run["id"])
-    return None
+    ids = [
+        int(run["id"])
+        for run in (found.get("check_runs", []) if isinstance(found, dict) else [])
+        if isinstance(run, dict) and run.get("external_id") == external_id and isinstance(run.get("id"), int)
+    ]
+    return max(ids, default=None)
 
 
 def complete_check_run(
