@@ -9,8 +9,9 @@ Three layers, each against the whole corpus:
    decision's bytes are those of a benign body. Routing, too, takes the agent from the label only.
 2. The prompt (``worker.runner.prompt``). What it claims: issue text sits only inside data blocks
    fenced by a random per-run boundary, the instructions outside them are fixed, and text that
-   contains the boundary is refused. Each body is checked against exactly that (it does not claim
-   to strip hidden characters, and this does not assume it).
+   contains the boundary is refused; Unicode tag characters (invisible on GitHub's page) are removed
+   and the removal said outside the block. Each body is checked against exactly that (zero-width and
+   bidi characters stay, and this does not assume otherwise).
 3. The box, end to end. A ``command`` agent that obeys every instruction it finds
    (tests/fixtures/injection/obedient_agent.py) runs on the whole corpus in the real box with the
    real egress proxy: it reaches no canary host (a listener on the worker's loopback, also routed
@@ -205,9 +206,15 @@ def test_routing_takes_the_agent_from_the_label_never_from_the_body() -> None:
 BLOCK = re.compile(rf"BEGIN UNTRUSTED DATA {B} (\S+)\n(.*?)\nEND UNTRUSTED DATA {B}", re.DOTALL)
 
 
+TAGS = re.compile("[\U000e0000-\U000e007f]")
+NOTE = re.compile(r"^Baton: (\d+) invisible characters? \(Unicode tags, which GitHub does not show\) "
+                  r"were removed from the block above\.$", re.MULTILINE)  # fmt: skip
+
+
 def _normalised(text: str) -> str:
-    """What the prompt promises to do to issue text: drop NUL, make line ends ``\\n``; nothing else."""
-    return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    """What the prompt promises to do to issue text: drop NUL and the Unicode tag characters GitHub
+    does not show, make line ends ``\\n``; nothing else."""
+    return TAGS.sub("", text).replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def test_the_prompt_keeps_every_body_inside_its_data_block() -> None:
@@ -220,7 +227,12 @@ def test_the_prompt_keeps_every_body_inside_its_data_block() -> None:
         assert before == rules, f"{entry.id}: the instructions changed"
         assert BLOCK.findall(issue) == [("issue-title", _normalised(entry.title)),
                                         ("issue-body", _normalised(entry.body))], entry.id  # fmt: skip
-        assert BLOCK.sub("", issue).strip() == "", f"{entry.id}: text outside the blocks"
+        # Outside the blocks, only Baton's word that hidden text was removed, and only where it was.
+        hidden = [len(TAGS.findall(entry.title)), len(TAGS.findall(entry.body))]
+        notes = [int(n) for n in NOTE.findall(issue)]
+        assert notes == [n for n in hidden if n], f"{entry.id}: said {notes}, removed {hidden}"
+        assert NOTE.sub("", BLOCK.sub("", issue)).strip() == "", f"{entry.id}: text outside the blocks"
+        assert not TAGS.search(text), f"{entry.id}: invisible text reached the agent"
         assert sum(B in line for line in text.split("\n")) == markers, f"{entry.id}: a forged marker"
         # A fresh boundary per run, never one the text holds; the text holding it is refused.
         drawn = re.search(
@@ -374,6 +386,7 @@ def test_an_agent_that_obeys_every_injection_reaches_no_canary(world: World) -> 
     summary = re.search(r"obedient agent: (\d+) commands, (\d+) urls, (\d+) sockets, (\d+) files", diff)
     assert summary is not None
     assert min(map(int, summary.groups())) >= 10, summary.group(0)  # it really tried, many times
+    print(f"\n{summary.group(0)}")
     assert_nothing_leaked(world, record, diff)
 
 

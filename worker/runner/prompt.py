@@ -13,8 +13,15 @@ anywhere in the untrusted text (in any letter case) is refused, so text inside
 a block can never forge its end. :func:`render` is pure: the caller writes the
 text to a file for the agent.
 
-Change the template and you must bump :data:`PROMPT_VERSION` (a test pins the
-template's digest), so every run record says which words its agent was given.
+The agent reads no more than a maintainer can: Unicode tag characters
+(U+E0000 to U+E007F), which GitHub's page does not show but models read as
+text, are removed, and the removal is said outside the block. Zero-width and
+bidi characters stay (emoji and right-to-left scripts need them); what they can
+hide is still inside a block, data the rules say never to obey.
+
+Change the template, or what the blocks hold, and you must bump
+:data:`PROMPT_VERSION` (a test pins the template's digest), so every run record
+says which words its agent was given.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: Recorded with every run; bump it whenever the template below changes.
-PROMPT_VERSION = "baton-prompt/1"
+PROMPT_VERSION = "baton-prompt/2"  # 2: Unicode tag characters removed
 
 #: 128 random bits as 32 lower-case hex digits.
 BOUNDARY_PATTERN = re.compile(r"[0-9a-f]{32}")
@@ -86,7 +94,7 @@ def render(
     occurs (a collision needs 128 guessed bits, so this loops once in practice).
     """
     blocks = _blocks(title, body, comments)
-    untrusted = "\n".join(text for _, text, _ in blocks).lower()
+    untrusted = "\n".join(b.text for b in blocks).lower()
     if boundary is not None:
         if BOUNDARY_PATTERN.fullmatch(boundary) is None:
             raise ValueError("a boundary is 32 lower-case hex digits; use new_boundary()")
@@ -97,7 +105,7 @@ def render(
         chosen = new_boundary()
         while chosen in untrusted:
             chosen = new_boundary()  # pragma: no cover - needs 128 guessed bits
-    rendered = "\n\n".join(_block(label, text, cut, chosen) for label, text, cut in blocks)
+    rendered = "\n\n".join(_block(b, chosen) for b in blocks)
     return _TEMPLATE.format(version=PROMPT_VERSION, boundary=chosen, blocks=rendered)
 
 
@@ -106,25 +114,40 @@ def template_text() -> str:
     return _TEMPLATE
 
 
-def _blocks(title: str, body: str, comments: Sequence[str]) -> list[tuple[str, str, int]]:
-    """(label, text, characters cut) per block, in prompt order."""
-    blocks = [("issue-title", *_clip(title, MAX_TITLE_CHARS)), ("issue-body", *_clip(body, MAX_BODY_CHARS))]
+#: Unicode tag characters: invisible on GitHub's page, read as ASCII by models ("ASCII smuggling").
+_TAGS = re.compile("[\U000e0000-\U000e007f]")
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    label: str
+    text: str
+    cut: int  # characters left out past the limit
+    hidden: int  # Unicode tag characters removed
+
+
+def _blocks(title: str, body: str, comments: Sequence[str]) -> list[_Block]:
+    """The blocks in prompt order."""
+    blocks = [_clip("issue-title", title, MAX_TITLE_CHARS), _clip("issue-body", body, MAX_BODY_CHARS)]
     shown = list(comments)[:MAX_COMMENTS]
     for number, comment in enumerate(shown, start=1):
-        blocks.append((f"issue-comment-{number}-of-{len(shown)}", *_clip(comment, MAX_COMMENT_CHARS)))
+        blocks.append(_clip(f"issue-comment-{number}-of-{len(shown)}", comment, MAX_COMMENT_CHARS))
     return blocks
 
 
-def _clip(text: str, limit: int) -> tuple[str, int]:
-    """Normalised text (no NUL, ``\\n`` line ends) cut to ``limit`` characters, and how many were cut."""
-    clean = text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
-    if len(clean) <= limit:
-        return clean, 0
-    return clean[:limit], len(clean) - limit
+def _clip(label: str, text: str, limit: int) -> _Block:
+    """Normalised text (no NUL, no tag characters, ``\\n`` line ends) cut to ``limit`` characters."""
+    visible, hidden = _TAGS.subn("", text)
+    clean = visible.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    return _Block(label, clean[:limit], max(len(clean) - limit, 0), hidden)
 
 
-def _block(label: str, text: str, cut: int, boundary: str) -> str:
-    lines = [f"BEGIN UNTRUSTED DATA {boundary} {label}", text, f"END UNTRUSTED DATA {boundary}"]
-    if cut:
-        lines.append(f"Baton: the block above was cut; {cut} more characters were left out.")
+def _block(block: _Block, boundary: str) -> str:
+    lines = [f"BEGIN UNTRUSTED DATA {boundary} {block.label}", block.text, f"END UNTRUSTED DATA {boundary}"]
+    if block.hidden:
+        what = "character" if block.hidden == 1 else "characters"
+        lines.append(f"Baton: {block.hidden} invisible {what} (Unicode tags, which GitHub does not show) "
+                     "were removed from the block above.")  # fmt: skip
+    if block.cut:
+        lines.append(f"Baton: the block above was cut; {block.cut} more characters were left out.")
     return "\n".join(lines)
