@@ -24,7 +24,7 @@ from bot.logs import DeliveryLog
 from bot.manifest import DEFAULT_MANIFEST
 from bot.metrics import Metrics, RedisGauges
 from bot.settings import Settings
-from bot.setup_page import SetupPage
+from bot.setup_page import SetupPage, new_token
 from bot.status_page import StatusPage
 from bot.types import ASGIApp, Receive, Scope, Send
 from bot.webhooks import WebhookEndpoint
@@ -102,13 +102,15 @@ def create_app(
     *,
     env_dir: Path | None = None,
     manifest_path: Path = DEFAULT_MANIFEST,
+    setup_token: str | None = None,
 ) -> ASGIApp:
     """Build the app. ``redis_url`` None (only in setup mode) means nothing can be stored.
 
     With ``settings.metrics_port``, `/metrics` is answered only on connections to
     that port (and nothing else is); `baton serve` listens there too. `GET /` is the
     setup page in setup mode (it writes `.env` to ``env_dir``, default the working
-    directory, as Probot does), and the status page otherwise.
+    directory, as Probot does), and the status page otherwise. The setup page opens only with
+    ``setup_token`` (`baton serve` prints its link); without one, nobody can open it.
     """
     metrics = Metrics()
     client = redis_client(redis_url, settings.redis_timeout) if redis_url else None
@@ -166,7 +168,7 @@ def create_app(
 
     if settings.setup_mode:
         setup = SetupPage(settings, env_dir=env_dir or Path.cwd(), manifest_path=manifest_path,
-                          webhook_path=WEBHOOK_PATH)  # fmt: skip
+                          webhook_path=WEBHOOK_PATH, token=setup_token or new_token())  # fmt: skip
         home = setup.routes()
     else:
         home = [Route("/", status_endpoint, methods=["GET"])]

@@ -6,7 +6,14 @@ GitHub's ``/settings/apps/new`` (or ``/organizations/ORG/settings/apps/new``; an
 has to go into that path, which a form without script cannot do by itself). GitHub shows its
 confirmation page, then sends the browser to ``/setup/callback?code=…&state=…``; there the state is
 checked and used up, the code exchanged, and the credentials written to `.env` in ``env_dir``
-(``bot.envfile``: never over an existing file). Nothing secret is ever put on a page or in the log.
+(``bot.envfile``: never over an existing file). Nothing secret is ever put on a page or in the log
+(but the setup link, below).
+
+The page answers only with the setup token `baton serve` printed when it started (``?token=``),
+as Jupyter's first page does: a Baton deployed at a public address before it is configured would
+otherwise let the first stranger to find it register an App of *their own* here, whose key they
+could take back and which the operator might then install on the organisation. The token lives in
+this process only, and the states the form hands out are what the later steps check.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from bot.settings import Settings
 from evidence.keys import SigningKey
 
 START_PATH = "/setup/start"
+MIN_TOKEN_CHARS = 16
 #: A manifest is a few KB; the form is refused well before anything large.
 MAX_FORM_BYTES = 64 * 1024
 _HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
@@ -42,7 +50,12 @@ log = logging.getLogger("baton.setup")
 
 
 class SetupPage:
-    def __init__(self, settings: Settings, *, env_dir: Path, manifest_path: Path, webhook_path: str) -> None:
+    def __init__(
+        self, settings: Settings, *, env_dir: Path, manifest_path: Path, webhook_path: str, token: str
+    ) -> None:
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(f"a setup token has at least {MIN_TOKEN_CHARS} characters; use new_token()")
+        self.token = token
         self.settings = settings
         self.env_dir = env_dir
         self.manifest_path = manifest_path
@@ -60,6 +73,17 @@ class SetupPage:
     # -- the form ---------------------------------------------------------------------------
 
     async def home(self, request: Request) -> Response:
+        given = request.query_params.get("token", "")
+        if not secrets.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
+            if given:
+                log.warning("setup: the page was asked for with a wrong token")
+            return _problem(
+                "This Baton is not set up yet",
+                "Its setup page opens only from the link `baton serve` printed when it started (the "
+                "line saying SETUP MODE in its log; on fly.io, `fly logs`): the link's token keeps "
+                "strangers from registering an App of their own here.",
+                status=403,
+            )
         there = envfile.existing(self.env_dir)
         if there:
             return _already_written(there)
@@ -162,6 +186,11 @@ class SetupPage:
         if not _HOST.fullmatch(host):
             return None
         return f"{request.url.scheme}://{host}"
+
+
+def new_token() -> str:
+    """A fresh setup token (192 random bits), for one `baton serve` process."""
+    return secrets.token_urlsafe(24)
 
 
 def _form(wanted: Mapping[str, Any], state: str, web: str, env_dir: Path, base: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -153,6 +154,14 @@ def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) ->
         assert r.status_code == 503
         assert httpx.get(base + "/healthz").json()["setup_mode"] is True
         assert httpx.get(base + "/.well-known/baton/keys").status_code == 404  # no key to publish
+        # The setup page opens only from the link serve printed, whose token is drawn at each start.
+        assert httpx.get(base + "/").status_code == 403
+        link = re.search(r"register the App at (http://\S+/\?token=[\w-]{32})", _output(serve))
+        assert link is not None, _output(serve)
+        assert link.group(1).startswith(base + "/?token=")
+        opened = httpx.get(link.group(1))
+        assert opened.status_code == 200
+        assert 'name="manifest"' in opened.text
     finally:
         _stop(serve)
     assert "SETUP MODE" in _output(serve)

@@ -18,6 +18,7 @@ import uvicorn
 from bot import envfile, logs, redis_server, settings
 from bot.app import METRICS_PATH, WEBHOOK_PATH, create_app
 from bot.errors import ConfigError
+from bot.setup_page import new_token
 
 
 class _Server(uvicorn.Server):
@@ -87,12 +88,14 @@ def with_flags(config: settings.Settings, host: str | None, port: int | None) ->
     return config
 
 
-def _mode(config: settings.Settings, loaded: list[str]) -> str:
-    """What the start-up line adds: where settings came from, and what is not configured yet."""
+def _mode(config: settings.Settings, loaded: list[str], setup_token: str) -> str:
+    """What the start-up line adds: where settings came from, and what is not configured yet (in
+    setup mode, the setup page's link with this process's token: its only way in)."""
     said = f" (settings from ./{envfile.ENV_NAME}: {', '.join(loaded)})" if loaded else ""
     if config.setup_mode:
+        base = config.public_url or f"http://{config.host}:{config.port}"
         said += (
-            f" (SETUP MODE: no APP_ID/PRIVATE_KEY; register the App at http://{config.host}:{config.port}/"
+            f" (SETUP MODE: no APP_ID/PRIVATE_KEY; register the App at {base}/?token={setup_token}"
             + ("; webhooks answer 503 until WEBHOOK_SECRET is set" if not config.webhook_secrets else "")
             + ")"
         )
@@ -148,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
             argv = [sys.executable, "-m", "bot.cli", "worker"]
             worker = subprocess.Popen(argv, env=env)  # noqa: S603 - our own argv
         where = "embedded Redis" if embedded else "REDIS_URL"
-        mode = _mode(config, loaded)
+        setup_token = new_token()
+        mode = _mode(config, loaded, setup_token)
         metrics = (
             f"; metrics at http://{config.host}:{config.metrics_port}{METRICS_PATH}"
             if config.metrics_port is not None
@@ -161,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         )
         server = _Server(
             uvicorn.Config(
-                create_app(config, url),
+                create_app(config, url, setup_token=setup_token),
                 host=config.host,
                 port=config.port,
                 loop="uvloop" if sys.platform != "win32" else "asyncio",

@@ -38,11 +38,21 @@ def env_dir(tmp_path: Path) -> Path:
     return path
 
 
+#: The setup token of the Batons these tests start (`baton serve` draws a fresh one each start).
+SETUP_TOKEN = "tests-setup-token-0123456789"
+
+
 @pytest.fixture
 def setup_base(github: EmulatorServer, redis_url: str, env_dir: Path) -> Iterator[str]:
     """A Baton in setup mode (no App credentials) on loopback, GITHUB_API_URL the emulator."""
-    with serve_app(create_app(Settings(github_api_url=github.url), redis_url, env_dir=env_dir)) as base:
+    app = create_app(Settings(github_api_url=github.url), redis_url, env_dir=env_dir, setup_token=SETUP_TOKEN)
+    with serve_app(app) as base:
         yield base
+
+
+def setup_link(base: str) -> str:
+    """The setup page's link, as `baton serve` prints it: with its token."""
+    return f"{base}/?token={SETUP_TOKEN}"
 
 
 def form_fields(page: str) -> dict[str, str]:
@@ -52,7 +62,7 @@ def form_fields(page: str) -> dict[str, str]:
 
 def register(base: str, *, org: str = "") -> tuple[dict[str, str], httpx.Response]:
     """Do what a browser does with the setup form, up to GitHub's redirect back (not followed)."""
-    fields = {**form_fields(httpx.get(base + "/", timeout=10).text), "org": org}
+    fields = {**form_fields(httpx.get(setup_link(base), timeout=10).text), "org": org}
     start = httpx.post(base + "/setup/start", data=fields, timeout=10)
     assert start.status_code == 307, start.text
     back = httpx.post(start.headers["location"], data=fields, timeout=30)

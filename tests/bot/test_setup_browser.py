@@ -25,7 +25,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from bot import envfile
 from emulator import EmulatorServer
 from emulator.manifests import problems
-from tests.bot.conftest import running_serve
+from tests.bot.conftest import running_serve, setup_link
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 #: No sandbox (CI runs as root), and nothing that would reach outside this machine.
@@ -73,7 +73,7 @@ def _github_posts(github: EmulatorServer) -> list[dict[str, object]]:
 def test_a_person_registers_the_app_and_the_next_start_shows_it(  # noqa: PLR0917 - fixtures
     page: Page, setup_base: str, github: EmulatorServer, env_dir: Path, redis_url: str, tmp_path: Path
 ) -> None:
-    page.goto(setup_base + "/")
+    page.goto(setup_link(setup_base))
     assert page.locator("h1").inner_text() == "Set up Baton"
     assert page.locator('form input[name="org"]').is_visible()
     with page.expect_navigation(url="**/setup/callback?**"):
@@ -106,7 +106,7 @@ def test_a_person_registers_the_app_and_the_next_start_shows_it(  # noqa: PLR091
 def test_a_callback_with_a_wrong_state_is_refused_and_writes_nothing(
     page: Page, setup_base: str, github: EmulatorServer, env_dir: Path
 ) -> None:
-    page.goto(setup_base + "/")
+    page.goto(setup_link(setup_base))
     manifest = json.loads(page.locator('input[name="manifest"]').get_attribute("value") or "")
     # A link GitHub really made (a good code), but for a state this Baton never handed out, as a
     # link forged elsewhere would carry it. (Another name: GitHub's App names are unique.)
@@ -120,7 +120,7 @@ def test_a_callback_with_a_wrong_state_is_refused_and_writes_nothing(
     assert list(env_dir.iterdir()) == []
 
     # The form itself, for an organisation: registered. Its link a second time: refused, nothing changed.
-    page.goto(setup_base + "/")
+    page.goto(setup_link(setup_base))
     page.locator('input[name="org"]').fill("acme")
     with page.expect_navigation(url="**/setup/callback?**"):
         page.get_by_role("button", name="Register the GitHub App").click()
@@ -137,7 +137,7 @@ def test_a_callback_with_a_wrong_state_is_refused_and_writes_nothing(
 def test_the_manifest_the_browser_posts_is_the_one_shown(
     page: Page, setup_base: str, github: EmulatorServer
 ) -> None:
-    page.goto(setup_base + "/")
+    page.goto(setup_link(setup_base))
     shown = json.loads(page.locator('input[name="manifest"]').get_attribute("value") or "")
     with page.expect_navigation(url="**/setup/callback?**"):
         page.get_by_role("button", name="Register the GitHub App").click()

@@ -20,7 +20,7 @@ from bot.settings import Settings
 from emulator import EmulatorServer
 from emulator.admin_client import AdminClient
 from emulator.manifests import problems
-from tests.bot.conftest import form_fields, register, running_serve
+from tests.bot.conftest import SETUP_TOKEN, form_fields, register, running_serve, setup_link
 from tests.conftest import serve_app
 
 SECRET_FILES = (envfile.ENV_NAME, envfile.APP_KEY_NAME, "baton-signing-key.pem")
@@ -51,7 +51,7 @@ def test_githubs_web_pages_are_found_from_its_api_root(api: str, web: str) -> No
 
 
 def test_the_page_offers_the_manifest_with_this_address(setup_base: str, github: EmulatorServer) -> None:
-    page = httpx.get(setup_base + "/", timeout=10)
+    page = httpx.get(setup_link(setup_base), timeout=10)
     assert page.status_code == 200
     assert page.headers["x-content-type-options"] == "nosniff"
     policy = page.headers["content-security-policy"]
@@ -70,15 +70,32 @@ def test_the_page_offers_the_manifest_with_this_address(setup_base: str, github:
     assert manifest["setup_url"] == setup_base + "/"
     assert problems(manifest) == []  # what GitHub would accept
     assert len(fields["state"]) >= 40
-    assert form_fields(httpx.get(setup_base + "/", timeout=10).text)["state"] != fields["state"]
+    assert form_fields(httpx.get(setup_link(setup_base), timeout=10).text)["state"] != fields["state"]
+
+
+@pytest.mark.parametrize("query", ["", "?token=", "?token=wrong-token-0123456789", f"?token={SETUP_TOKEN}x"])
+def test_the_page_opens_only_with_the_token_serve_printed(setup_base: str, env_dir: Path, query: str) -> None:
+    """A stranger who finds an unconfigured Baton cannot register an App of their own on it."""
+    refused = httpx.get(f"{setup_base}/{query}", timeout=10)
+    assert refused.status_code == 403
+    assert 'name="manifest"' not in refused.text
+    assert 'name="state"' not in refused.text
+    assert "the link `baton serve` printed" in refused.text
+    (env_dir / ".env").write_text("APP_ID=1\n")  # nor does it say where the credentials are
+    assert str(env_dir) not in httpx.get(f"{setup_base}/{query}", timeout=10).text
+
+
+def test_a_setup_token_too_short_to_guard_anything_is_refused(github: EmulatorServer, env_dir: Path) -> None:
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        create_app(Settings(github_api_url=github.url), None, env_dir=env_dir, setup_token="short")
 
 
 def test_public_url_wins_over_the_address_reached(
     github: EmulatorServer, redis_url: str, env_dir: Path
 ) -> None:
     config = Settings(github_api_url=github.url, public_url="https://baton.example.com")
-    with serve_app(create_app(config, redis_url, env_dir=env_dir)) as base:
-        manifest = json.loads(form_fields(httpx.get(base + "/", timeout=10).text)["manifest"])
+    with serve_app(create_app(config, redis_url, env_dir=env_dir, setup_token=SETUP_TOKEN)) as base:
+        manifest = json.loads(form_fields(httpx.get(setup_link(base), timeout=10).text)["manifest"])
     assert manifest["hook_attributes"]["url"] == "https://baton.example.com/api/github/webhooks"
     assert manifest["redirect_url"] == "https://baton.example.com/setup/callback"
 
@@ -114,7 +131,7 @@ def test_registration_writes_a_private_env_that_configures_baton(
     for secret in (values["WEBHOOK_SECRET"], values["BATON_AUDIT_SECRET"], pem_body):
         assert secret not in done.text
     # Once written, the page offers no second registration.
-    again = httpx.get(setup_base + "/", timeout=10)
+    again = httpx.get(setup_link(setup_base), timeout=10)
     assert "already written" in again.text
     assert 'name="manifest"' not in again.text
 
@@ -154,7 +171,7 @@ def test_an_existing_env_is_never_overwritten(setup_base: str, env_dir: Path) ->
 
 
 def test_an_organisation_gets_the_app(setup_base: str, github: EmulatorServer, env_dir: Path) -> None:
-    fields = {**form_fields(httpx.get(setup_base + "/", timeout=10).text), "org": "acme"}
+    fields = {**form_fields(httpx.get(setup_link(setup_base), timeout=10).text), "org": "acme"}
     start = httpx.post(setup_base + "/setup/start", data=fields, timeout=10)
     assert start.status_code == 307
     target = urlsplit(start.headers["location"])
@@ -171,7 +188,7 @@ def test_an_organisation_gets_the_app(setup_base: str, github: EmulatorServer, e
 
 
 def test_the_start_refuses_a_form_this_baton_did_not_make(setup_base: str) -> None:
-    fields = form_fields(httpx.get(setup_base + "/", timeout=10).text)
+    fields = form_fields(httpx.get(setup_link(setup_base), timeout=10).text)
     forged = httpx.post(setup_base + "/setup/start", data={**fields, "state": "forged"}, timeout=10)
     assert forged.status_code == 400
     empty = httpx.post(setup_base + "/setup/start", data={"state": fields["state"]}, timeout=10)
@@ -179,7 +196,7 @@ def test_the_start_refuses_a_form_this_baton_did_not_make(setup_base: str) -> No
 
 
 def test_a_used_or_unknown_code_is_refused_by_github(setup_base: str, env_dir: Path) -> None:
-    fields = form_fields(httpx.get(setup_base + "/", timeout=10).text)
+    fields = form_fields(httpx.get(setup_link(setup_base), timeout=10).text)
     unknown = httpx.get(setup_base + "/setup/callback", params={"code": "0" * 40, "state": fields["state"]},
                         timeout=30)  # fmt: skip
     assert unknown.status_code == 502
@@ -226,7 +243,7 @@ def test_a_secret_the_environment_already_sets_is_said_to_win(
 ) -> None:
     """A webhook secret without an App is still setup mode (and deliveries are still verified)."""
     config = Settings(github_api_url=github.url, webhook_secrets=(b"an-older-secret",))
-    with serve_app(create_app(config, redis_url, env_dir=env_dir)) as base:
+    with serve_app(create_app(config, redis_url, env_dir=env_dir, setup_token=SETUP_TOKEN)) as base:
         assert httpx.get(base + "/healthz", timeout=5).json()["setup_mode"] is True
         unsigned = httpx.post(
             base + WEBHOOK_PATH, content=b"{}", headers={"X-GitHub-Event": "ping"}, timeout=5
