@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -38,7 +37,7 @@ from githubkit import GitHub
 from bot import records
 from bot.errors import BatonError
 from bot.tasks import Task
-from worker import audit
+from worker import audit, keepalive
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubApp
@@ -50,7 +49,7 @@ log = logging.getLogger("baton.publish")
 ISSUE_PREFIX = "baton:issue:"  # + repo id : issue number -> hash {comment_id, received_at, task_id}
 LOCK_PREFIX = "baton:issue-lock:"
 #: A dead writer's lock lapses this soon (a later status of the issue waits no longer); a live
-#: writer renews it every LOCK_RENEW_S for as long as its GitHub calls take (``_kept``).
+#: writer renews it every LOCK_RENEW_S for as long as its GitHub calls take (``_renewer``).
 LOCK_MS = 15_000
 LOCK_RENEW_S = 5.0
 ISSUE_TTL_S = 90 * 24 * 3600
@@ -173,7 +172,8 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
                 pipe.hset(issue, "creating", pub.task_id)
                 pipe.expire(issue, ISSUE_TTL_S)
                 pipe.execute()
-        with _LockKeeper(cache, lock, token):  # only GitHub may take long
+        renewed = _renewer(cache, lock, token)
+        with keepalive.every(LOCK_RENEW_S, renewed, name="baton-issue-lock"):  # only GitHub may take long
             comment_id = _write(gh, pub, comment_id, app_id, look=look)
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
@@ -227,32 +227,21 @@ return 0
 """
 
 
-class _LockKeeper:
-    """Renews an issue's status-comment lock from a thread while its holder waits on GitHub, so the
+def _renewer(cache: redis.Redis, lock: str, token: str) -> Callable[[], bool]:
+    """Renews an issue's status-comment lock while its holder waits on GitHub (``keepalive``), so the
     lock can be short: a writer that dies (SIGKILL, a lost machine) holds the issue for LOCK_MS at
     most, not for as long as the slowest write could take."""
+    script = cache.register_script(_RENEW)
 
-    def __init__(self, cache: redis.Redis, lock: str, token: str) -> None:
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(cache, lock, token), name="baton-issue-lock", daemon=True
-        )
+    def renew() -> bool:
+        try:
+            # False: it lapsed and was taken; the writer finds out through ``_still_mine``.
+            return bool(script(keys=[lock], args=[token, LOCK_MS]))
+        except redis.RedisError as exc:
+            log.warning("could not renew a status-comment lock", extra={"lock": lock, "error": str(exc)})
+            return True
 
-    def __enter__(self) -> None:
-        self._thread.start()
-
-    def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join(timeout=LOCK_RENEW_S)
-
-    def _run(self, cache: redis.Redis, lock: str, token: str) -> None:
-        renew = cache.register_script(_RENEW)
-        while not self._done.wait(LOCK_RENEW_S):
-            try:
-                if not renew(keys=[lock], args=[token, LOCK_MS]):
-                    return  # lapsed and taken: the writer finds out through _still_mine
-            except redis.RedisError as exc:
-                log.warning("could not renew a status-comment lock", extra={"lock": lock, "error": str(exc)})
+    return renew
 
 
 def status_now(ctx: Context, task: Task, status: Status) -> str | None:

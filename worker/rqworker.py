@@ -39,7 +39,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -58,7 +57,7 @@ from rq.worker import WorkerStatus
 
 from bot import queues, records
 from bot.errors import BatonError
-from worker import context, jobs, lifecycle, outbox, redeliver
+from worker import context, jobs, keepalive, lifecycle, outbox, redeliver
 from worker.context import Context
 from worker.lifecycle import State
 from worker.publish import publisher
@@ -158,24 +157,18 @@ class InProcessWorker(BatonWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         self.prepare_execution(job)
-        done = threading.Event()
-        renewer = threading.Thread(target=self._renew, args=(job, done), name="baton-renew", daemon=True)
-        renewer.start()
-        try:
+        with keepalive.every(RENEW_EVERY_S, lambda: self._renew(job), name="baton-renew"):
             self.perform_job(job, queue)
-        finally:
-            done.set()
-            renewer.join(timeout=RENEW_EVERY_S)
         self.set_state(WorkerStatus.IDLE)
 
-    def _renew(self, job: Job, done: threading.Event) -> None:
-        while not done.wait(RENEW_EVERY_S):
-            try:
-                self.maintain_heartbeats(job)
-            except StopRequested:
-                pass  # the main thread honours it once the job is done
-            except Exception:
-                log.exception("could not renew a running job's lease", extra={"task": job.id})
+    def _renew(self, job: Job) -> bool:
+        try:
+            self.maintain_heartbeats(job)
+        except StopRequested:
+            pass  # the main thread honours it once the job is done
+        except Exception:
+            log.exception("could not renew a running job's lease", extra={"task": job.id})
+        return True  # a failed renewal is tried again: the lease may still be saved
 
 
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
