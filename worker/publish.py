@@ -14,7 +14,10 @@ and the ``received_at`` and id of the task that last wrote it), changed only by
 the holder of a short per-issue lock: a task older than the last writer writes
 nothing, and only the lock holder ever creates the comment. The record marks a
 create before it is sent, so the next writer lists the issue's comments only if
-that create's answer may have been lost (a new issue's first status is one call).
+that create's answer may have been lost (a new issue's first status is one call), and
+it does so only once no write whose answer nobody heard can still land
+(``UNHEARD_PREFIX``): otherwise it would find nothing, make a second comment, and
+the first would land below it, stale.
 
 While an agent run holds the issue (``bot.records.RUN_LOCK_PREFIX``), other tasks'
 statuses ("a run is already in progress", a refusal) are shown but do not take the
@@ -39,8 +42,8 @@ from bot.errors import BatonError
 from bot.tasks import Task
 from worker import audit, keepalive
 from worker.context import Context
-from worker.github import api
-from worker.github.client import GitHubApp
+from worker.github import api, retry
+from worker.github.client import GitHubApp, GitHubError
 from worker.github.limits import Action, Annotation, Output
 from worker.status import Status, is_status_comment, render
 
@@ -53,6 +56,12 @@ LOCK_PREFIX = "baton:issue-lock:"
 LOCK_MS = 15_000
 LOCK_RENEW_S = 5.0
 ISSUE_TTL_S = 90 * 24 * 3600
+#: Set while a write to the comment is on its way to GitHub, removed once its answer is heard. A
+#: writer that died (or lost its lock) with a write unanswered leaves it: GitHub ends a request after
+#: 10 s, so until this lapses the write may still land, and the next writer must not look for the
+#: comment yet (it would find nothing, create a second, and the first would land below it, stale).
+UNHEARD_PREFIX = "baton:issue-unheard:"
+UNHEARD_MS = 12_000
 
 
 class Busy(BatonError):
@@ -147,19 +156,18 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
     """Write the issue's status comment if ``pub``'s task is the newest that has written it."""
     if pub.comment is None or pub.number is None:
         return "no status comment"
-    issue = f"{ISSUE_PREFIX}{pub.repo_id}:{pub.number}"
-    lock = f"{LOCK_PREFIX}{pub.repo_id}:{pub.number}"
+    where = f"{pub.repo_id}:{pub.number}"
+    issue, lock, unheard = ISSUE_PREFIX + where, LOCK_PREFIX + where, UNHEARD_PREFIX + where
     token = secrets.token_hex(8)
     if not cache.set(lock, token, nx=True, px=LOCK_MS):
         raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
     try:
-        record = {records.text(k): records.text(v) for k, v in cache.hgetall(issue).items()}
+        record, run = _read(cache, where, pub.number)
         mine = (pub.received_at, pub.task_id)
         theirs = (record.get("received_at", ""), record.get("task_id", ""))
         if theirs > mine:
             return f"status comment left to newer task {theirs[1]}"
-        run = cache.get(f"{records.RUN_LOCK_PREFIX}{pub.repo_id}:{pub.number}")
-        passing = run is not None and records.text(run) != pub.task_id  # another task's run holds the issue
+        passing = run is not None and run != pub.task_id  # another task's run holds the issue
         digest = hashlib.sha256(pub.comment.encode()).hexdigest()
         comment_id = int(record["comment_id"]) if record.get("comment_id") else None
         if comment_id is not None and theirs == mine and record.get("body_sha256") == digest:
@@ -167,24 +175,49 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         # Look before creating only where a create may already have landed (its answer lost):
         # the record says so. A new issue's first status is one call, not a list and a create.
         look = comment_id is not None or bool(record.get("creating"))
-        if comment_id is None:
-            with cache.pipeline(transaction=True) as pipe:
+        with cache.pipeline(transaction=True) as pipe:
+            if comment_id is None:
                 pipe.hset(issue, "creating", pub.task_id)
                 pipe.expire(issue, ISSUE_TTL_S)
-                pipe.execute()
-        renewed = _renewer(cache, lock, token)
-        with keepalive.every(LOCK_RENEW_S, renewed, name="baton-issue-lock"):  # only GitHub may take long
-            comment_id = _write(gh, pub, comment_id, app_id, look=look)
+            pipe.set(unheard, token, px=UNHEARD_MS)  # gone once the answer is heard
+            pipe.execute()
+        try:
+            renewed = _renewer(cache, lock, token)
+            with keepalive.every(LOCK_RENEW_S, renewed, name="baton-issue-lock"):  # only GitHub may take long
+                comment_id = _write(gh, pub, comment_id, app_id, look=look)
+        except GitHubError as exc:
+            if not retry.maybe_done(exc.__cause__):
+                _release(cache, unheard, token)  # GitHub answered: nothing of this write is on its way
+            raise  # no answer: the mark stays, and lapses once GitHub has ended the request
         if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
+            _release(cache, unheard, token)  # answered, though: not another writer's mark, if one took over
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
         mapping = {"comment_id": str(comment_id), "body_sha256": digest}
         if not passing:
             mapping.update(received_at=pub.received_at, task_id=pub.task_id)
-        cache.hset(issue, mapping=mapping)  # type: ignore[arg-type]
-        cache.expire(issue, ISSUE_TTL_S)
+        with cache.pipeline(transaction=True) as pipe:
+            pipe.hset(issue, mapping=mapping)  # type: ignore[arg-type]
+            pipe.expire(issue, ISSUE_TTL_S)
+            pipe.delete(unheard)  # ours: the lock still is
+            pipe.execute()
         return f"status comment {comment_id}"
     finally:
         _release(cache, lock, token)
+
+
+def _read(cache: redis.Redis, where: str, number: int) -> tuple[dict[str, str], str | None]:
+    """The issue's record and the task whose run holds the issue, in one round trip; Busy while a
+    write whose answer nobody heard may still land."""
+    with cache.pipeline(transaction=False) as pipe:
+        pipe.hgetall(ISSUE_PREFIX + where)
+        pipe.get(records.RUN_LOCK_PREFIX + where)
+        pipe.exists(UNHEARD_PREFIX + where)
+        raw, run, unheard = pipe.execute()
+    if unheard:
+        raise Busy("issue-busy", f"a write to #{number}'s status comment may still land; looking again "
+                                 "once GitHub has ended it")  # fmt: skip
+    record = {records.text(k): records.text(v) for k, v in raw.items()}
+    return record, None if run is None else records.text(run)
 
 
 def _write(

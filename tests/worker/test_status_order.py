@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -134,3 +135,38 @@ def test_a_slow_writer_keeps_its_short_lock_for_as_long_as_it_writes(
     assert all(seen[1:-2])  # held the whole time, well past its 400 ms
     assert not stage.rdb.exists(lock)  # and released at the end
     assert [c["body"].endswith("slow") for c in stage.baton_comments(number)] == [True]
+
+
+def test_a_create_still_in_flight_is_waited_for_not_duplicated(stage: Stage) -> None:
+    """A writer's create is on its way (GitHub slow) when its lock lapses, as a dead writer's does.
+    The next writer must not list the issue's comments before that create has landed or never will:
+    it would find nothing, create a second comment, and the first would land below it, stale."""
+    number = stage.issue("Create in flight")
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
+    path = f"/repos/{world.REPO}/issues/{number}/comments"
+    stage.admin.add_fault(path, method="POST", kind="latency", latency_ms=1500, count=1)
+    first, second = _publication(stage, number, "first"), _publication(stage, number, "second")
+    second = Publication(second.task_id, "2026-11-30T00:00:01.000Z", *dataclasses.astuple(second)[2:])
+    errors: list[BaseException] = []
+
+    def write_first() -> None:
+        try:
+            publish.write_status(gh, stage.rdb, first, stage.world.app_id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write_first)
+    writer.start()
+    deadline = time.monotonic() + 10
+    while not any(f["hits"] for f in stage.admin.faults()):
+        assert time.monotonic() < deadline, "the first create never reached GitHub"
+        time.sleep(0.02)
+    stage.rdb.delete(f"{publish.LOCK_PREFIX}{first.repo_id}:{number}")  # its lock lapsed
+    with pytest.raises(publish.Busy, match="may still land"):
+        publish.write_status(gh, stage.rdb, second, stage.world.app_id)
+    writer.join(timeout=30)
+    assert [type(e) for e in errors] == [publish.Busy]  # the first lost its lock, so recorded nothing
+    publish.write_status(gh, stage.rdb, second, stage.world.app_id)  # its create has landed: go on
+    [comment] = stage.baton_comments(number)
+    assert comment["body"].endswith("second")
