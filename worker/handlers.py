@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,8 +57,10 @@ LAST_RUN_PREFIX = "baton:last-run:"
 EVIDENCE_TTL_S = 90 * 24 * 3600
 #: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
 AUTHORISED = "authorised"
-#: Set on a task's record (to the head) while its merge-gate check run's create awaits GitHub's answer.
+#: Set on a task's record (to the head, and when it was sent) while its merge-gate check run's create
+#: awaits GitHub's answer.
 CHECK_RUN_OPENING = "check_run_opening"
+CHECK_RUN_SENT_AT = "check_run_sent_at"
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,13 @@ def failed(
     *,
     speak: bool,
     check_run_ids: Sequence[int] = (),
-    unanswered: Sequence[tuple[str, str]] = (),
+    unanswered: Sequence[tuple[str, str, float]] = (),
 ) -> Result:
     """The task could not finish: a fixed sentence for its error code, never the exception text.
 
     ``speak``: whether the issue may hear about it (only once the sender was authorised,
     or for a label). Check runs the task opened are completed whatever happened, those whose
-    create went unanswered (``unanswered``: name and head) too, found by the task's external id.
+    create went unanswered (``unanswered``: name, head, when sent) too, found by the task's external id.
     """
     state = State.TIMED_OUT if exc.code == "timed-out" else State.FAILED
     status = None
@@ -92,7 +95,8 @@ def failed(
     conclusion = "timed_out" if state is State.TIMED_OUT else "failure"
     summary = f"{failure(exc.code)} (error code `{exc.code}`)"
     runs = tuple(CheckRunEnd(i, conclusion, title, summary) for i in check_run_ids) + tuple(
-        CheckRunEnd(None, conclusion, title, summary, name=name, head_sha=head) for name, head in unanswered
+        CheckRunEnd(None, conclusion, title, summary, name=name, head_sha=head, sent_at=at)
+        for name, head, at in unanswered
     )
     return Result(state, f"{exc.code}: {exc.message}", status, runs)
 
@@ -349,7 +353,9 @@ def merge_gate(ctx: Context, task: Task) -> Result:
         output = Output("Baton merge gate", "Evaluating this commit.")
         # Marked before it is sent and recorded at once: whatever ends this task from here on
         # completes this run (see worker.jobs), even one whose answer this process never heard.
-        lifecycle.annotate(ctx.redis, task.id, **{CHECK_RUN_OPENING: head})
+        lifecycle.annotate(
+            ctx.redis, task.id, **{CHECK_RUN_OPENING: head, CHECK_RUN_SENT_AT: f"{time.time():.3f}"}
+        )
         run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
                                       external_id=task.id, details_url=None, output=output)  # fmt: skip
         lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})

@@ -40,7 +40,7 @@ from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import transport
-from worker.handlers import AUTHORISED, CHECK_RUN_OPENING, HANDLERS, Result, failed
+from worker.handlers import AUTHORISED, CHECK_RUN_OPENING, CHECK_RUN_SENT_AT, HANDLERS, Result, failed
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
 from worker.runs import admit
@@ -151,7 +151,9 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
         log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
     speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
     opening = lifecycle.field(ctx.redis, task.id, CHECK_RUN_OPENING)
-    unanswered = [(gates.CHECK, opening)] if opening else []
+    sent = lifecycle.field(ctx.redis, task.id, CHECK_RUN_SENT_AT) or ""
+    sent_at = float(sent) if sent.replace(".", "", 1).isdigit() else 0.0  # unknown: long settled
+    unanswered = [(gates.CHECK, opening, sent_at)] if opening else []
     ids = _check_runs(ctx.redis, task.id)
     result = failed(task, exc, speak=speak, check_run_ids=ids, unanswered=unanswered)
     runs = tuple(gates.signed_failure(ctx, task, end) for end in result.check_runs)

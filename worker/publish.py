@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ from worker import audit, keepalive
 from worker.context import Context
 from worker.github import api, retry
 from worker.github.client import GitHubApp, GitHubError
-from worker.github.limits import Action, Annotation, Output
+from worker.github.limits import SETTLED_AFTER_S, Action, Annotation, Output
 from worker.status import Status, is_status_comment, render
 
 log = logging.getLogger("baton.publish")
@@ -57,15 +58,16 @@ LOCK_MS = 15_000
 LOCK_RENEW_S = 5.0
 ISSUE_TTL_S = 90 * 24 * 3600
 #: Set while a write to the comment is on its way to GitHub, removed once its answer is heard. A
-#: writer that died (or lost its lock) with a write unanswered leaves it: GitHub ends a request after
-#: 10 s, so until this lapses the write may still land, and the next writer must not look for the
+#: writer that died (or lost its lock) with a write unanswered leaves it: until it lapses (GitHub
+#: ends a request after 10 s) the write may still land, and the next writer must not look for the
 #: comment yet (it would find nothing, create a second, and the first would land below it, stale).
 UNHEARD_PREFIX = "baton:issue-unheard:"
-UNHEARD_MS = 12_000
+UNHEARD_MS = int(SETTLED_AFTER_S * 1000)
 
 
 class Busy(BatonError):
-    """Another task is writing this issue's status comment right now; try again shortly."""
+    """Not yet: another task is writing this issue's status comment, or a write whose answer nobody
+    heard may still land. Try again shortly (the outbox does, without counting it as a failure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ class CheckRunEnd:
     details_url: str | None = None  # where ``baton serve`` serves that receipt
     name: str | None = None  # with ``head_sha``, where to look for a run whose id is unknown
     head_sha: str | None = None
+    sent_at: float | None = None  # when its create was sent (epoch s): not found is final once settled
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,8 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         for run in pub.check_runs:
             run_id = run.check_run_id if run.check_run_id is not None else _find(gh, pub, run)
+            if run_id is None and time.time() - (run.sent_at or 0.0) < SETTLED_AFTER_S:
+                raise Busy("create-unsettled", f"check run {run.name}'s create may still land")
             if run_id is None:
                 done.append(f"no check run {run.name} to complete (GitHub never made it)")
                 continue

@@ -8,7 +8,7 @@ from bot import records
 from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, outbox
-from worker.handlers import CHECK_RUN_OPENING
+from worker.handlers import CHECK_RUN_OPENING, CHECK_RUN_SENT_AT
 from worker.jobs import publish_now
 from worker.publish import publisher
 from worker.rqworker import sweep
@@ -124,12 +124,13 @@ def test_a_gate_task_whose_worker_died_after_creating_its_run_completes_it_as_fa
 def test_a_gate_task_that_died_sending_a_create_github_never_made_ends_with_nothing_to_complete(
     stage: Stage,
 ) -> None:
-    """The create was marked as sent and its answer never heard; GitHub has no such run (the request
-    never arrived): the task still ends, nothing is invented, and the outbox is left empty."""
+    """The create was marked as sent a minute ago and its answer never heard; GitHub has no such run
+    (the request never arrived): the task still ends, nothing is invented, the outbox is left empty."""
     delivery = _open_pull(stage)
     task = stage.task(delivery)
     lifecycle.move(stage.rdb, task.id, lifecycle.State.RUNNING, "merge_gate started")
-    lifecycle.annotate(stage.rdb, task.id, **{CHECK_RUN_OPENING: task.head_sha or ""})
+    sent = {CHECK_RUN_OPENING: task.head_sha or "", CHECK_RUN_SENT_AT: str(time.time() - 60)}
+    lifecycle.annotate(stage.rdb, task.id, **sent)
     stage.rdb.zadd(lifecycle.LEASES, {task.id: time.time() - 1})
 
     assert sweep(stage.ctx, publish=True)[0] == 1
@@ -137,6 +138,42 @@ def test_a_gate_task_that_died_sending_a_create_github_never_made_ends_with_noth
     assert "never made" in (lifecycle.field(stage.rdb, task.id, "published") or "")
     assert [c for c in stage.admin.check_runs() if c["name"] == "baton/merge-gate"] == []
     assert _pending(stage, task.id) is None
+
+
+def test_a_gate_run_whose_create_may_still_land_is_looked_for_again_until_github_has_settled_it(
+    stage: Stage,
+) -> None:
+    """A job process died just after sending the create: not finding the run yet proves nothing (GitHub
+    may still be making it), so the outbox looks again until the request has surely ended."""
+    delivery = _open_pull(stage)
+    task = stage.task(delivery)
+    lifecycle.move(stage.rdb, task.id, lifecycle.State.RUNNING, "merge_gate started")
+    sent = {CHECK_RUN_OPENING: task.head_sha or "", CHECK_RUN_SENT_AT: str(time.time())}
+    lifecycle.annotate(stage.rdb, task.id, **sent)
+    stage.rdb.zadd(lifecycle.LEASES, {task.id: time.time() - 1})
+
+    assert sweep(stage.ctx, publish=True)[0] == 1
+    assert lifecycle.current(stage.rdb, task.id) == lifecycle.State.FAILED
+    due = _pending(stage, task.id)
+    assert due is not None  # kept: looked for again shortly
+    assert lifecycle.field(stage.rdb, task.id, "publish_attempts") is None  # not counted as a failure
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
+    from worker.github import api
+    from worker.github.limits import Output
+
+    api.create_check_run(
+        gh,
+        world.REPO,
+        name="baton/merge-gate",
+        head_sha=task.head_sha or "",
+        external_id=task.id,
+        details_url=None,
+        output=Output("t", "s"),
+    )  # the create lands
+    assert outbox.attempt(stage.rdb, task.id, _act(stage), now=due + 0.1) is not None
+    run = _gate_run(stage)
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
 
 
 def test_a_publication_claimed_by_a_worker_that_died_is_retried_after_the_claim_lapses(stage: Stage) -> None:

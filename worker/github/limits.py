@@ -27,6 +27,10 @@ ANNOTATION_LEVELS = ("notice", "warning", "failure")
 CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
 #: An issue comment body, in characters (GitHub: "body is too long (maximum is 65536 characters)").
 MAX_COMMENT_CHARS = 65_536
+#: GitHub ends a REST request it has processed for this long (REST docs, "Troubleshooting": timeouts):
+#: a write sent longer ago than this, plus a margin for the way there, has landed or never will.
+REQUEST_TIMEOUT_S = 10.0
+SETTLED_AFTER_S = REQUEST_TIMEOUT_S + 2.0
 
 
 class LimitError(ValueError):
