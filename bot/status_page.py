@@ -12,6 +12,11 @@ What it shows and where it comes from:
 
 Nothing secret is ever read for it: not a token, not a payload (a task's issue text is in its job but
 only the repository, number and kind are taken from there). Everything shown is escaped.
+
+Without ``BATON_METRICS_TOKEN`` the page is anyone's, so a private repository's task shows only that
+it is one, its state and the code of Baton's reason: not the repository's name, its issue, pull
+request or check runs, nor the reason's words (they may name tools, people or policy). A task whose
+repository is not known to be public counts as private.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class TaskRow:
     number: int | None = None
     pull_request: int | None = None
     check_runs: list[int] = field(default_factory=list)
+    private: bool = True  # until the task says its repository is public
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class StatusPage:
         self.settings = settings
         self.client = client
         self.web = web_base(settings.github_api_url)
+        self.public = settings.metrics_token is None  # anyone may read it: private repositories unnamed
         self._app: tuple[float, AppInfo] | None = None
         self._lock = asyncio.Lock()
 
@@ -266,8 +273,10 @@ class StatusPage:
         return f"<table>{head}{''.join(self._task(t) for t in tasks)}</table>"
 
     def _task(self, t: TaskRow) -> str:
-        where, links = "", []
-        if t.full_name is not None:
+        where, links, said = "", [], t.decision
+        if t.full_name is not None and t.private and self.public:
+            where, said = "a private repository", t.decision.split(":", 1)[0][:60]
+        elif t.full_name is not None:
             where = esc(t.full_name)
             if t.number is not None:
                 url = issue_url(self.web, t.full_name, t.number, pull=t.kind in _PULL_KINDS)
@@ -284,7 +293,7 @@ class StatusPage:
         return (
             f"<tr><td>{esc(t.updated_at)}</td><td><code>{esc(t.task_id)}</code></td><td>{esc(t.kind)}</td>"
             f"<td>{where}</td><td>{esc(t.state)}</td>"
-            f"<td>{esc(t.decision)}</td><td>{' · '.join(links)}</td></tr>"
+            f"<td>{esc(said)}</td><td>{' · '.join(links)}</td></tr>"
         )
 
 
@@ -328,6 +337,7 @@ def _row(task_id: str, values: Sequence[bytes | None], data: bytes | None) -> Ta
     repo = task.get("repository")
     if isinstance(repo, dict) and isinstance(repo.get("full_name"), str):
         row.full_name = repo["full_name"]
+        row.private = repo.get("private") is not False
     row.number = _int(task.get("number"))
     if got["publication"]:
         with contextlib.suppress(ValueError, TypeError, AttributeError):

@@ -135,6 +135,39 @@ def test_the_status_page_is_private_when_a_token_is_set(github: EmulatorServer, 
         assert "App id" in ok.text
 
 
+def _private_task(base: str, rdb: redis.Redis) -> tuple[str, dict[str, object]]:
+    payload = labeled("researcher")
+    payload["repository"]["full_name"] = "acme/secret-merger"  # type: ignore[index]
+    payload["repository"]["private"] = True  # type: ignore[index]
+    task_id = deliver(base, payload)
+    lifecycle.move(rdb, task_id, State.RUNNING, "agent_run started")
+    lifecycle.move(rdb, task_id, State.DENIED, "trifecta: the policy gives acme-bot read_secrets")
+    return task_id, payload
+
+
+def test_a_public_status_page_names_no_private_repository(status: Configured, rdb: redis.Redis) -> None:
+    """Without BATON_METRICS_TOKEN the page is for anyone: a private repository's task is shown as
+    one (its state and when), never its name, its issue or pull request, or Baton's reason."""
+    task_id, _ = _private_task(status.base, rdb)
+    text = httpx.get(status.base + "/", timeout=10).text
+    assert task_id in text
+    assert "a private repository" in text
+    for absent in ("secret-merger", "acme-bot", "read_secrets", "/issues/"):
+        assert absent not in text
+    assert "<td>denied</td><td>trifecta</td>" in text  # the state and the reason's code only
+
+
+def test_a_status_page_behind_its_token_names_private_repositories(
+    github: EmulatorServer, redis_url: str, rdb: redis.Redis
+) -> None:
+    config, _ = configured(github, metrics_token=TOKEN)
+    with serve_app(create_app(config, redis_url)) as base:
+        _private_task(base, rdb)
+        text = httpx.get(base + "/", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).text
+    assert "acme/secret-merger#" in text
+    assert "the policy gives acme-bot read_secrets" in text
+
+
 def test_github_is_asked_once_a_while_and_its_silence_is_said(
     github: EmulatorServer, redis_url: str, tmp_path: Path
 ) -> None:
@@ -173,5 +206,7 @@ def test_an_undecodable_or_missing_job_still_lists_its_task(status: Configured, 
     text = httpx.get(status.base + "/", timeout=10).text
     assert "Workers registered in Redis: 1." in text
     assert f"<code>{delivery}</code>" in text
-    assert f'<a href="{status.github.url}/acme/widgets/issues/3">acme/widgets#3</a>' in text
-    assert f'<a href="{status.github.url}/acme/widgets/runs/9">check run 9</a>' in text
+    # The orphan's job is gone, so whether its repository is public is not known: it is not named.
+    orphan = text[text.index("<code>orphan-task</code>") :].split("</tr>", 1)[0]
+    assert "a private repository" in orphan
+    assert "acme/widgets" not in orphan
