@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -23,7 +22,7 @@ from bot.evidence import EvidenceEndpoints
 from bot.logs import DeliveryLog
 from bot.manifest import DEFAULT_MANIFEST
 from bot.metrics import Metrics, RedisGauges
-from bot.settings import Settings
+from bot.settings import Settings, bearer_matches
 from bot.setup_page import SetupPage, new_token
 from bot.status_page import StatusPage
 from bot.types import ASGIApp, Receive, Scope, Send
@@ -78,13 +77,6 @@ def _counts(found: Mapping[bytes | str, bytes | str]) -> dict[str, int]:
         with contextlib.suppress(ValueError):
             counts[name.decode(errors="replace") if isinstance(name, bytes) else str(name)] = int(value)
     return counts
-
-
-def bearer_matches(header: str | None, token: str) -> bool:
-    """True if ``header`` is ``Bearer <token>`` (the scheme in any case), compared in constant time."""
-    scheme, _, given = (header or "").partition(" ")
-    ok = hmac.compare_digest(given.strip().encode(), token.encode())
-    return scheme.lower() == "bearer" and ok
 
 
 def _unauthorised(path: str, realm: str) -> Response:

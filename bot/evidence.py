@@ -1,9 +1,10 @@
 """The evidence, served read-only: public keys, each installation's log, its proofs and receipts.
 
-Everything here is public and checkable offline (`baton verify`), so nothing needs authentication
-and nothing secret is ever read: the routes see only the log and the public keys. evidence.log is
-synchronous, so its calls run in the thread pool on a client of their own; none is on the webhook
-path.
+The keys, checkpoints, leaf hashes and proofs are anyone's: they name nothing, and with them anyone can
+check offline (`baton verify`, `baton log verify`) that the log only grows. What a receipt says is
+served only with its link's key or the operator's token (``evidence.links``): an installation's
+repositories may be private. evidence.log is synchronous, so its calls run in the thread pool on a
+client of their own; none is on the webhook path.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bot.settings import Settings
-from evidence import merkle
+from bot.settings import Settings, bearer_matches
+from evidence import links, merkle
 from evidence.keys import keys_document
 from evidence.log import MAX_ENTRIES, Log
 from evidence.verify import bundle
 
-PREFIX = "/.well-known/baton"
-KEYS_PATH = f"{PREFIX}/keys"
-LOG_PATH = PREFIX + "/log/{installation}"
+KEYS_PATH = links.KEYS_PATH
+LOG_PATH = links.log_path("{installation}")
 #: Entries a request gets when it gives no end.
 DEFAULT_ENTRIES = 100
 #: Up to 18 ASCII digits: bigger than any log, small enough to need no bignum checks.
@@ -46,6 +46,10 @@ class BadRequest(Exception):
 
 class NotFound(Exception):
     """There is nothing at this address (404)."""
+
+
+class Forbidden(Exception):
+    """What is asked for is not served to this request (403); the message says what would be."""
 
 
 def _number(raw: str | None, name: str, default: int | None = None) -> int:
@@ -116,6 +120,8 @@ class EvidenceEndpoints:
                 return _json({"error": str(exc)}, 400)
             except NotFound as exc:
                 return _json({"error": str(exc)}, 404)
+            except Forbidden as exc:
+                return _json({"error": str(exc)}, 403)
             except (RedisError, OSError) as exc:
                 # Redis's own words name hosts and ports: they go to the log, not to whoever asks.
                 logger.warning(
@@ -155,11 +161,18 @@ class EvidenceEndpoints:
             raise BadRequest(f"end {end} is past the end of the log (size {size})")
         if end - start > MAX_ENTRIES:
             raise BadRequest(f"end - start is {end - start}: at most {MAX_ENTRIES} entries per request")
-        entries = [
-            {"index": i, "leafHash": merkle.leaf_hash(raw).hex(), "entry": json.loads(raw)}
-            for i, raw in enumerate(log.entries(start, end), start)
-        ]
+        operator = self._operator(request)
+        entries: list[dict[str, object]] = []
+        for i, raw in enumerate(log.entries(start, end), start):
+            entry: dict[str, object] = {"index": i, "leafHash": merkle.leaf_hash(raw).hex()}
+            if operator:  # what each receipt says only for the operator: it may be a private repository's
+                entry["entry"] = json.loads(raw)
+            entries.append(entry)
         return {"start": start, "end": end, "entries": entries}
+
+    def _operator(self, request: Request) -> bool:
+        token = self.settings.metrics_token
+        return token is not None and bearer_matches(request.headers.get("authorization"), token)
 
     def _inclusion(self, log: Log, request: Request) -> Mapping[str, object]:
         current = self._head(log)[1]
@@ -190,6 +203,14 @@ class EvidenceEndpoints:
         index = _number(request.path_params["index"], "index")
         if index >= size:
             raise BadRequest(f"index {index} is not in the log (size {size}): receipts are 0 to {size - 1}")
+        given = request.query_params.get(links.KEY_PARAM)
+        if not self._operator(request) and not links.key_matches(
+            self.settings.audit_secret, log.installation, index, given
+        ):
+            raise Forbidden(
+                f"receipt {index} is served to the link its check run gives (it carries the key "
+                f"?{links.KEY_PARAM}=…) or with Authorization: Bearer BATON_METRICS_TOKEN"
+            )
         [raw] = log.entries(index, index + 1)
         entry = {
             "installation": log.installation,

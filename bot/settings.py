@@ -7,6 +7,7 @@ a silently ignored setting is worse than a refused start.
 
 from __future__ import annotations
 
+import hmac
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -382,3 +383,10 @@ def _float(get: _Getter, name: str, default: float, lo: float, hi: float) -> flo
     if not lo <= value <= hi:
         raise ConfigError("bad-setting", f"{name} must be between {lo} and {hi}, got {value}")
     return value
+
+
+def bearer_matches(header: str | None, token: str) -> bool:
+    """True if ``header`` is ``Bearer <token>`` (the scheme in any case), compared in constant time."""
+    scheme, _, given = (header or "").partition(" ")
+    ok = hmac.compare_digest(given.strip().encode(), token.encode())
+    return scheme.lower() == "bearer" and ok

@@ -28,7 +28,7 @@ import orjson
 import redis
 
 from bot.errors import BatonError, ConfigError
-from evidence import dsse, statement
+from evidence import dsse, links, statement
 from evidence.encoding import b64decode, b64encode
 from evidence.keys import SigningKey
 from evidence.log import Log
@@ -63,7 +63,7 @@ class Signer:
     def details_url(self, installation: int, index: int) -> str | None:
         if self.public_url is None:
             return None
-        return f"{self.public_url}/.well-known/baton/log/{installation}/receipts/{index}"
+        return links.receipt_url(self.public_url, self.audit_secret, installation, index)
 
 
 def need(signer: Signer | None) -> Signer:

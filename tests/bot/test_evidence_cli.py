@@ -14,7 +14,7 @@ import redis
 
 from bot import cli, settings
 from bot.app import create_app
-from evidence import dsse, statement
+from evidence import dsse, links, statement
 from evidence.encoding import canonical_json
 from evidence.keys import SigningKey
 from evidence.log import Log
@@ -65,7 +65,8 @@ def test_generated_key_signs_and_baton_verify_checks_what_serve_publishes(
 
     with serve_app(create_app(config, redis_url)) as base:
         logs = f"{base}/.well-known/baton/log/{INSTALLATION}"
-        (tmp_path / "receipt.json").write_text(httpx.get(f"{logs}/receipts/1").text)
+        key = links.receipt_key(config.audit_secret or b"", INSTALLATION, 1)  # its check run's link has it
+        (tmp_path / "receipt.json").write_text(httpx.get(f"{logs}/receipts/1?k={key}").text)
         (tmp_path / "keys.json").write_text(httpx.get(f"{base}/.well-known/baton/keys").text)
         (tmp_path / "new.json").write_text(httpx.get(f"{logs}/checkpoint").text)
         # The log's history, with a consistency proof fetched from serve itself (in this process:

@@ -14,18 +14,26 @@ from starlette.testclient import TestClient
 from bot import evidence as endpoints
 from bot.app import create_app
 from bot.settings import Settings
-from evidence import checkpoint, dsse, merkle, statement
+from evidence import checkpoint, dsse, links, merkle, statement
 from evidence.encoding import canonical_json
 from evidence.errors import EvidenceError
 from evidence.keys import SigningKey, keyring, read_keys
 from evidence.log import Log
 from evidence.verify import BUNDLE_MEDIA_TYPE, verify_receipt
 from tests.conftest import EvidenceKeys
+from worker.receipts import Signer
 
 INSTALLATION = 4242
 BASE = f"/.well-known/baton/log/{INSTALLATION}"
 SIZE = 7
 RETIRED = 3  # the first entries were signed before the key was rotated
+AUDIT_SECRET = b"x" * 32
+OPERATOR = "0123456789abcdef0123456789abcdef"
+
+
+def link(index: int) -> str:
+    """A receipt's path as its check run's details link gives it: with its key."""
+    return f"{BASE}/receipts/{index}?{links.KEY_PARAM}={links.receipt_key(AUDIT_SECRET, INSTALLATION, index)}"
 
 
 def commit(i: int) -> str:
@@ -64,7 +72,8 @@ class Published:
 @pytest.fixture
 def published(evidence_keys: EvidenceKeys, redis_url: str, rdb: redis.Redis) -> Iterator[Published]:
     old = SigningKey.generate("ecdsa-p256")
-    settings = Settings(signing_key=evidence_keys.key, retired_keys=(old.public,), audit_secret=b"x" * 32)
+    settings = Settings(signing_key=evidence_keys.key, retired_keys=(old.public,), audit_secret=AUDIT_SECRET,
+                        metrics_token=OPERATOR)  # fmt: skip
     with TestClient(create_app(settings, redis_url)) as client:
         pub = Published(client, evidence_keys.key, old, [], {}, Log(rdb, INSTALLATION))
         for i in range(SIZE):
@@ -84,7 +93,7 @@ def test_the_keys_document_lists_the_current_key_then_the_retired_ones(published
 def test_every_receipt_verifies_with_the_published_keys_only(published: Published) -> None:
     keys = read_keys(published.client.get("/.well-known/baton/keys").text, "keys")
     for i in range(SIZE):
-        r = published.client.get(f"{BASE}/receipts/{i}")
+        r = published.client.get(link(i))
         assert r.status_code == 200
         assert r.headers["cache-control"] == "no-store"
         receipt = r.json()
@@ -103,8 +112,34 @@ def test_every_receipt_verifies_with_the_published_keys_only(published: Publishe
 
     # After another append, an old entry's receipt is proved against the new tree head.
     published.append(SIZE)
-    receipt = published.get(f"{BASE}/receipts/1")
+    receipt = published.get(link(1))
     assert verify_receipt(receipt, keys, commit=commit(1)).tree_size == SIZE + 1
+
+
+def test_a_receipt_is_served_to_its_link_or_the_operator_only(published: Published) -> None:
+    """A receipt names a repository, its commits and its policy, and the repository may be private:
+    its content goes to the link its check run gives (with the key) or the operator's token."""
+    key = links.receipt_key(AUDIT_SECRET, INSTALLATION, 2)
+    for path in (f"{BASE}/receipts/2", f"{BASE}/receipts/2?k=", f"{BASE}/receipts/2?k={key[:-1]}0",
+                 f"{BASE}/receipts/3?k={key}"):  # fmt: skip
+        refused = published.get(path, 403)
+        assert "the link its check run gives" in refused["error"], path
+        assert "octo/repo" not in str(refused)
+    assert published.get(link(2))["dsseEnvelope"] == published.envelopes[2]
+    operator = published.client.get(f"{BASE}/receipts/2", headers={"Authorization": f"Bearer {OPERATOR}"})
+    assert operator.status_code == 200
+    assert operator.json()["dsseEnvelope"] == published.envelopes[2]
+    wrong = published.client.get(f"{BASE}/receipts/2", headers={"Authorization": "Bearer " + "f" * 32})
+    assert wrong.status_code == 403
+
+
+def test_the_link_a_check_run_gives_opens_its_receipt() -> None:
+    signer = Signer(SigningKey.generate(), AUDIT_SECRET, "https://baton.example.com")
+    url = signer.details_url(INSTALLATION, 5)
+    assert url == f"https://baton.example.com{link(5)}"
+    assert links.key_matches(AUDIT_SECRET, INSTALLATION, 5, url.rsplit("=", 1)[1])
+    assert not links.key_matches(b"y" * 32, INSTALLATION, 5, url.rsplit("=", 1)[1])  # another Baton's
+    assert not links.key_matches(None, INSTALLATION, 5, url.rsplit("=", 1)[1])
 
 
 def test_the_checkpoint_is_the_latest_signed_tree_head(published: Published) -> None:
@@ -115,12 +150,16 @@ def test_the_checkpoint_is_the_latest_signed_tree_head(published: Published) -> 
 
 
 def test_entries_are_the_logged_envelopes_with_their_leaf_hashes(published: Published) -> None:
-    page = published.get(f"{BASE}/entries?start=2&end=5")
+    operator = {"Authorization": f"Bearer {OPERATOR}"}
+    page = published.client.get(f"{BASE}/entries?start=2&end=5", headers=operator).json()
     assert (page["start"], page["end"]) == (2, 5)
     assert [e["index"] for e in page["entries"]] == [2, 3, 4]
     for e in page["entries"]:
         assert e["entry"] == published.envelopes[e["index"]]
         assert e["leafHash"] == merkle.leaf_hash(canonical_json(e["entry"])).hex()
+    # To anyone else, the log's shape only: the leaf hashes that prove it, not what the receipts say.
+    public = published.get(f"{BASE}/entries?start=2&end=5")
+    assert public["entries"] == [{"index": e["index"], "leafHash": e["leafHash"]} for e in page["entries"]]
     everything = published.get(f"{BASE}/entries?start=0")
     assert everything["end"] == SIZE
     leaves = [bytes.fromhex(e["leafHash"]) for e in everything["entries"]]
