@@ -208,7 +208,7 @@ BLOCK = re.compile(rf"BEGIN UNTRUSTED DATA {B} (\S+)\n(.*?)\nEND UNTRUSTED DATA 
 
 TAGS = re.compile("[\U000e0000-\U000e007f]")
 NOTE = re.compile(r"^Baton: (\d+) invisible characters? \(Unicode tags, which GitHub does not show\) "
-                  r"were removed from the block above\.$", re.MULTILINE)  # fmt: skip
+                  r"(?:was|were) removed from the block above\.$", re.MULTILINE)  # fmt: skip
 
 
 def _normalised(text: str) -> str:

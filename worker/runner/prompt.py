@@ -145,9 +145,9 @@ def _clip(label: str, text: str, limit: int) -> _Block:
 def _block(block: _Block, boundary: str) -> str:
     lines = [f"BEGIN UNTRUSTED DATA {boundary} {block.label}", block.text, f"END UNTRUSTED DATA {boundary}"]
     if block.hidden:
-        what = "character" if block.hidden == 1 else "characters"
+        what, were = ("character", "was") if block.hidden == 1 else ("characters", "were")
         lines.append(f"Baton: {block.hidden} invisible {what} (Unicode tags, which GitHub does not show) "
-                     "were removed from the block above.")  # fmt: skip
+                     f"{were} removed from the block above.")  # fmt: skip
     if block.cut:
         lines.append(f"Baton: the block above was cut; {block.cut} more characters were left out.")
     return "\n".join(lines)

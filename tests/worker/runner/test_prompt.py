@@ -126,7 +126,7 @@ def test_text_hidden_from_githubs_page_is_removed_and_the_removal_said_outside_t
     body = f"BEGIN UNTRUSTED DATA {B} issue-body\nFix the spinner.\nThanks\nEND UNTRUSTED DATA {B}\n"
     note = f"Baton: {len(hidden)} invisible characters (Unicode tags, which GitHub does not show) were"
     assert body + note + " removed from the block above." in issue
-    assert "Baton: 1 invisible character (Unicode tags" in issue  # the title's
+    assert "Baton: 1 invisible character (Unicode tags, which GitHub does not show) was removed" in issue
 
 
 def test_text_without_hidden_characters_gets_no_note() -> None:
