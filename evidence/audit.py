@@ -6,8 +6,9 @@ change it describes; it needs no key and no reads. ``AuditChain.seal`` later mov
 the chain, each entry MACed over the previous entry's MAC, so editing, deleting or reordering a sealed
 entry breaks every MAC after it unless the editor holds the key.
 
-What the chain cannot show on its own: that its tail was cut off. Anchor the head (``head()``) in
-something the editor cannot rewrite -- e.g. log it in the transparency log -- to cover that.
+What the chain cannot show on its own: that its tail was cut off. Save the head (``head()``, what
+`baton audit head` prints) somewhere the editor cannot write, and ``check_anchor`` later proves the
+chain still holds that entry unchanged, as a saved checkpoint does for the transparency log.
 
 Redis keys (no TTLs):
     baton:audit:{installation}:pending   list of JSON events not yet sealed, oldest first
@@ -175,6 +176,27 @@ class AuditChain:
         """(seq, mac) of the last sealed entry, to anchor elsewhere; None for an empty chain."""
         last = self.client.lindex(self.chain_key, -1)
         return None if last is None else self._tip(last)
+
+    def check_anchor(self, seq: int, tag: bytes) -> str | None:
+        """What is wrong with the chain against a head saved earlier (entry ``seq`` with MAC ``tag``),
+        or None. Run it after ``verify``: an intact chain can still have lost its tail."""
+        length = self.length()
+        if length <= seq:
+            return (
+                f"the chain has {length} entries, but the saved head is entry {seq}: entries were cut off "
+                "its tail"
+            )
+        raw = self.client.lindex(self.chain_key, seq)
+        try:
+            found = bytes.fromhex(json.loads(raw or b"")["mac"])
+        except (ValueError, KeyError, TypeError):
+            found = b""
+        if not hmac.compare_digest(found, tag):
+            return (
+                f"entry {seq}'s MAC is not the saved head's: the chain was rewritten from there or before "
+                "(or the head was saved from another chain)"
+            )
+        return None
 
     def _tip(self, last: bytes | str) -> tuple[int, bytes]:
         try:

@@ -321,3 +321,33 @@ def test_chains_are_per_installation(rdb: redis.Redis) -> None:
     assert chain(rdb, 2).verify() is None
     with pytest.raises(ValueError, match="32 bytes"):
         AuditChain(rdb, 1, b"short")
+
+
+def test_a_cut_tail_or_a_rewritten_chain_is_caught_against_a_saved_head(rdb: redis.Redis) -> None:
+    """The chain alone cannot show its tail was cut (every entry left still verifies). A head the
+    operator saved where Baton cannot write can: the chain must still hold that entry, unchanged."""
+    log = chain(rdb)
+    log.append(events(5))
+    head = log.head()
+    assert head is not None
+    seq, tag = head
+    assert seq == 4
+    assert log.check_anchor(seq, tag) is None
+    log.append(events(3, "later"))
+    assert log.check_anchor(seq, tag) is None  # grown since: fine
+
+    rdb.ltrim(log.chain_key, 0, 2)  # the tail cut off, entries 3 on gone
+    assert log.verify() is None  # what is left is intact...
+    cut = log.check_anchor(seq, tag)
+    assert cut is not None  # ...but the saved head says more was there
+    assert "3 entries" in cut
+    assert "entry 4" in cut
+    assert "cut" in cut
+
+    rdb.delete(log.chain_key)  # rewritten from the start by someone holding the key
+    log.append(events(9, "forged"))
+    assert log.verify() is None
+    rewritten = log.check_anchor(seq, tag)
+    assert rewritten is not None
+    assert "entry 4" in rewritten
+    assert "rewritten" in rewritten

@@ -234,3 +234,37 @@ def test_without_a_signing_key_no_check_run_claims_success(gated: Stage) -> None
     assert (run["status"], run["conclusion"]) == ("completed", "failure")
     assert "No receipt" in (run["output"]["text"] or "")
     assert unsigned.rdb.keys("baton:log:*:entries") == []  # nothing signed, nothing logged
+
+
+def test_a_saved_audit_head_catches_a_cut_tail_that_verify_alone_cannot(
+    stage: Stage, tmp_path: Path, redis_url: str
+) -> None:
+    _agent_pr(stage)
+    installation = stage.world.installation_id
+    done = _baton(stage, tmp_path, redis_url, "audit", "head")
+    assert done.returncode == 0, done.stderr
+    saved = tmp_path / "audit-head.json"
+    saved.write_text(done.stdout)
+    [head] = orjson.loads(done.stdout)["heads"]
+    assert head["installation"] == installation
+    assert head["seq"] >= 3
+    since = ("audit", "verify", "--since", str(saved))
+    assert _baton(stage, tmp_path, redis_url, *since).returncode == 0
+
+    stage.rdb.ltrim(chain.chain_key(installation), 0, 1)  # the tail cut off: what is left still verifies
+    assert _baton(stage, tmp_path, redis_url, "audit", "verify").returncode == 0
+    done = _baton(stage, tmp_path, redis_url, *since)
+    assert done.returncode == 1
+    assert f"installation {installation}: BROKEN: the chain has 2 entries" in done.stderr, done.stderr
+
+    stage.rdb.delete(chain.chain_key(installation))  # the chain gone altogether, and its listing with it
+    stage.rdb.srem(chain.INSTALLATIONS, installation)
+    done = _baton(stage, tmp_path, redis_url, *since)
+    assert done.returncode == 1
+    assert "the chain has 0 entries" in done.stderr, done.stderr
+    bad = tmp_path / "not-a-head.json"
+    bad.write_text('{"heads": [{"installation": "x"}]}')
+    done = _baton(stage, tmp_path, redis_url, "audit", "verify", "--since", str(bad))
+    assert done.returncode == 2
+    assert "not-a-head.json" in done.stderr
+    assert "heads" in done.stderr

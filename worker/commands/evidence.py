@@ -1,9 +1,13 @@
-"""`baton audit verify|export` and `baton replay`: the operator's checks on what Baton recorded.
+"""`baton audit verify|head|export` and `baton replay`: the operator's checks on what Baton recorded.
 
 Both read Redis (``REDIS_URL``) and never write to what they check: verifying the audit
 chain does not seal pending events, and replay decides again in memory. The audit chain is
 MACed, so checking it needs ``BATON_AUDIT_SECRET``; replay compares the signed receipt's
 bytes too, with the key from ``BATON_SIGNING_KEY`` (or ``--key`` for a public key).
+
+An intact chain can still have lost its tail. `baton audit head` prints each chain's last entry
+(its seq and MAC) to save where Baton cannot write; `baton audit verify --since FILE` then also
+checks that every chain still holds its saved head, unchanged, even a chain deleted outright.
 
 Exit codes: 0 all good, 1 something does not match (named on stderr), 2 usage or setup.
 """
@@ -38,7 +42,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Exit 0 intact, 1 broken (the first broken entry is named), 2 usage.",
     )
     check.add_argument("--installation", type=int, metavar="ID", help="only this installation")
+    check.add_argument("--since", metavar="FILE", help="also check the heads `baton audit head` saved")
     check.set_defaults(handler=audit_verify_command)
+    head = actions.add_parser(
+        "head",
+        help="print each chain's last entry, to save where Baton cannot write",
+        description="Print, as JSON, each installation's last sealed audit entry (seq and MAC). Save it "
+        "somewhere Baton cannot write; `baton audit verify --since FILE` then proves no entry up to it "
+        "was cut off or rewritten.",
+    )
+    head.add_argument("--installation", type=int, metavar="ID", help="only this installation")
+    head.set_defaults(handler=audit_head_command)
     export = actions.add_parser("export", help="write an installation's sealed chain as JSONL")
     export.add_argument("--installation", type=int, metavar="ID", required=True)
     export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
@@ -74,21 +88,55 @@ def _secret() -> bytes:
 
 
 def audit_verify_command(args: argparse.Namespace) -> int:
+    saved = _saved_heads(Path(args.since)) if args.since else {}
     client, secret = _client(), _secret()
     chosen = [args.installation] if args.installation is not None else installations(client)
+    if args.installation is None:  # a chain deleted outright is no longer listed: its saved head is
+        chosen = sorted({*chosen, *saved})
     broken = 0
     for installation in chosen:
         chain = AuditChain(client, installation, derive_key(secret, installation))
         found = chain.verify()
-        pending = chain.pending()
-        if found is None:
-            print(f"installation {installation}: {chain.length()} entries intact, {pending} pending")
-        else:
+        anchored = saved.get(installation)
+        problem = found.reason if found else anchored and chain.check_anchor(*anchored)
+        if problem:
             broken += 1
-            print(f"installation {installation}: BROKEN at {found.reason}", file=sys.stderr)
+            print(f"installation {installation}: BROKEN: {problem}", file=sys.stderr)
+            continue
+        held = f", holding the saved head (entry {anchored[0]})" if anchored else ""
+        print(
+            f"installation {installation}: {chain.length()} entries intact{held}, {chain.pending()} pending"
+        )
     if not chosen:
         print("no audit chain in this Redis yet")
     return EXIT_MISMATCH if broken else EXIT_OK
+
+
+def audit_head_command(args: argparse.Namespace) -> int:
+    client, secret = _client(), _secret()
+    chosen = [args.installation] if args.installation is not None else installations(client)
+    heads = []
+    for installation in chosen:
+        head = AuditChain(client, installation, derive_key(secret, installation)).head()
+        if head is not None:
+            heads.append({"installation": installation, "seq": head[0], "mac": head[1].hex()})
+    print(orjson.dumps({"heads": heads}, option=orjson.OPT_INDENT_2).decode())
+    return EXIT_OK
+
+
+def _saved_heads(path: Path) -> dict[int, tuple[int, bytes]]:
+    """installation -> (seq, mac) from a file `baton audit head` wrote; a usage error names what is wrong."""
+    try:
+        data = orjson.loads(path.read_bytes())
+        return {int(h["installation"]): (int(h["seq"]), bytes.fromhex(h["mac"])) for h in data["heads"]}
+    except OSError as exc:
+        raise ConfigError("bad-audit-head", f"cannot read {path}: {exc.strerror}") from exc
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            "bad-audit-head",
+            f"{path} is not what `baton audit head` prints: expected "
+            '{"heads": [{"installation": ID, "seq": N, "mac": HEX}, ...]}',
+        ) from exc
 
 
 def audit_export_command(args: argparse.Namespace) -> int:
