@@ -145,7 +145,7 @@ def test_a_create_still_in_flight_is_waited_for_not_duplicated(stage: Stage) -> 
     assert stage.ctx.github is not None
     gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "report")
     path = f"/repos/{world.REPO}/issues/{number}/comments"
-    stage.admin.add_fault(path, method="POST", kind="latency", latency_ms=1500, count=1)
+    stage.admin.add_fault(path, method="POST", kind="latency", latency_ms=3000, count=1)  # room to act
     first, second = _publication(stage, number, "first"), _publication(stage, number, "second")
     second = Publication(second.task_id, "2026-11-30T00:00:01.000Z", *dataclasses.astuple(second)[2:])
     errors: list[BaseException] = []
