@@ -410,12 +410,7 @@ def main() -> int:
             failed = out["error"] = f"{len(out['runs']) - out['complete']} run(s) incomplete"
     else:
         print(f"bench/agent_run: stopped: {failed}", file=sys.stderr)
-    print(f"took {out['seconds']:.0f} s; load average {out['load_before']} -> {out['load_after']}")
-    if args.keep or failed is not None:
-        print(f"logs and state kept in {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(out, default=str))
+    control_path.close(out, work, keep=args.keep or failed is not None)
     return 1 if failed else 0
 
 

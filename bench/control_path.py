@@ -1097,13 +1097,19 @@ def main() -> int:
         print(f"{name}: {len(lines)} error/warning line(s); the first: {lines[0]}")
     if out.get("never_done"):
         print(f"labels never done: {len(out['never_done'])}, e.g. {out['never_done'][:3]}")
+    close(out, work, keep=args.keep or failed is not None or bool(problems))
+    return 1 if failed else 0
+
+
+def close(out: dict[str, Any], work: Path, *, keep: bool) -> None:
+    """A bench's last lines: how long it took at what load, where its logs are kept (or their
+    removal), then the whole result as one JSON line (what `bench/all` reads)."""
     print(f"took {out['seconds']:.0f} s; load average {out['load_before']} -> {out['load_after']}")
-    if args.keep or failed is not None or problems:
+    if keep:
         print(f"logs and state kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out, default=str))
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
