@@ -256,10 +256,17 @@ class _Accounting:
         if pub.get("comment") is not None and not self.by_issue.get(issue):
             self.problem(f"task {task_id}: {current}, but issue #{issue[1]} has no Baton status comment")
         for end in pub.get("check_runs") or ():
-            run = self.runs.get(int(end["check_run_id"]))
+            run_id = end["check_run_id"]
+            if run_id is None:  # its create went unanswered: found by the task's external id, if made
+                key = (task_id, end["name"], end["head_sha"])
+                made = [r for r in self.runs.values() if (r["external_id"], r["name"], r["head_sha"]) == key]
+                if not made:
+                    continue  # GitHub never made it; check_runs() reports any run left open
+                run_id = made[0]["id"]
+            run = self.runs.get(int(run_id))
             if run is None or run["status"] != "completed" or run["conclusion"] != end["conclusion"]:
                 seen = "missing" if run is None else f"{run['status']}/{run['conclusion']}"
-                self.problem(f"task {task_id}: check run {end['check_run_id']} should be completed/"
+                self.problem(f"task {task_id}: check run {run_id} should be completed/"
                              f"{end['conclusion']}, is {seen}")  # fmt: skip
 
     def leftovers(self) -> None:
