@@ -4,7 +4,7 @@
 #   docker build -t baton --build-arg AGENTS="claude-code codex" .   # with the pinned agent CLIs
 #
 # No credential is ever baked in: APP_ID, PRIVATE_KEY, WEBHOOK_SECRET, REDIS_URL, BATON_SIGNING_KEY,
-# BATON_AUDIT_SECRET and the agents' model keys come from the environment at run time (fly secrets,
+# BATON_AUDIT_SECRET and the model gateway's provider keys come from the environment at run time (fly secrets,
 # `docker run --env-file`, a systemd EnvironmentFile). .dockerignore keeps .env files and *.pem out of
 # the build context.
 #

@@ -50,14 +50,27 @@ KNOWN: dict[str, str] = {
     "BATON_REDELIVERY_INTERVAL": "seconds between passes redelivering failed webhooks (default 300; 0: off)",
     "BATON_REDELIVER_4XX": "true: also redeliver deliveries Baton answered 4xx (default false)",
     "BATON_DATA_DIR": "where the worker keeps repository mirrors (default ~/.local/share/baton)",
-    "BATON_AGENT_ROUTES": "HOST=IP:PORT,...: agents' traffic for HOST goes there (a stand-in, a gateway)",
-    "BATON_AGENT_MODEL_URL": "the model base URL given to agent CLIs instead of their vendor's",
+    "BATON_AGENT_ROUTES": "HOST=IP:PORT,...: the egress proxy sends agents' traffic for HOST there",
+    "BATON_MODEL_UPSTREAMS": "PROVIDER=URL,...: the model gateway calls PROVIDER there instead of its vendor",
+    "BATON_MODEL_PRICES": "a JSON file of model prices (US dollars per million tokens) for metering",
     "BATON_SIGNING_KEY": "PEM private key that signs receipts and checkpoints (or BATON_SIGNING_KEY_PATH)",
     "BATON_SIGNING_KEY_PATH": "path to that key; make one with `baton keys generate --out DIR`",
     "BATON_VERIFY_KEYS_PATH": "retired public keys still published for verification (PEM or a keys document)",
     "BATON_AUDIT_SECRET": "the audit chain's master secret (32+ characters, e.g. `openssl rand -hex 32`)",
     "BATON_PUBLIC_URL": "http(s) URL where this `baton serve` is reachable; check runs link receipts there",
 }
+
+
+#: Settings Baton no longer reads, with what replaced them: set, they stop start-up with the fix.
+RETIRED: dict[str, str] = {
+    "BATON_AGENT_MODEL_URL": (
+        "BATON_AGENT_MODEL_URL is retired: agent CLIs now reach their model only through Baton's model "
+        "gateway; remove it, and to send a provider's calls to a gateway of your own set "
+        "BATON_MODEL_UPSTREAMS (e.g. anthropic=https://llm.example.com/anthropic)"
+    ),
+}
+#: A provider's name as BATON_MODEL_UPSTREAMS spells it (which names exist, the worker checks).
+_PROVIDER = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
 
 def redact_url(url: str) -> str:
@@ -94,7 +107,10 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "share" / "baton")
     #: Host -> (ip, port) for agents' egress proxy, instead of DNS.
     agent_routes: tuple[tuple[str, str, int], ...] = ()
-    agent_model_url: str | None = None
+    #: Provider -> API root the model gateway calls instead of the vendor's.
+    model_upstreams: tuple[tuple[str, str], ...] = ()
+    #: The operator's price table for metering (None: the built-in one).
+    model_prices_path: Path | None = None
     #: Signs every receipt and checkpoint; None only in setup mode (`baton serve` refuses otherwise).
     signing_key: SigningKey | None = field(default=None, repr=False)
     #: Keys that signed older receipts: still published, so those receipts keep verifying.
@@ -141,13 +157,7 @@ class Settings:
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Read settings; raise ConfigError naming the variable and the fix."""
     env = os.environ if environ is None else environ
-    unknown = sorted(k for k in env if k.startswith("BATON_") and k not in KNOWN)
-    if unknown:
-        raise ConfigError(
-            "unknown-setting",
-            f"unknown setting {unknown[0]}; Baton knows "
-            + ", ".join(k for k in KNOWN if k.startswith("BATON_")),
-        )
+    _check_names(env)
 
     def get(name: str) -> str | None:
         value = env.get(name, "").strip()
@@ -222,12 +232,27 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         redeliver_4xx=_bool(get, "BATON_REDELIVER_4XX", default=False),
         data_dir=_data_dir(get("BATON_DATA_DIR")),
         agent_routes=_routes(get("BATON_AGENT_ROUTES")),
-        agent_model_url=_model_url(get("BATON_AGENT_MODEL_URL")),
+        model_upstreams=_upstreams(get("BATON_MODEL_UPSTREAMS")),
+        model_prices_path=_prices_path(get("BATON_MODEL_PRICES")),
         signing_key=_signing_key(get("BATON_SIGNING_KEY"), get("BATON_SIGNING_KEY_PATH")),
         retired_keys=_retired_keys(get("BATON_VERIFY_KEYS_PATH")),
         audit_secret=_audit_secret(get("BATON_AUDIT_SECRET")),
         public_url=_public_url(get("BATON_PUBLIC_URL")),
     )
+
+
+def _check_names(env: Mapping[str, str]) -> None:
+    """A retired setting, or a ``BATON_*`` Baton does not know (a typo), stops start-up."""
+    retired = sorted(k for k in env if k in RETIRED)
+    if retired:
+        raise ConfigError("retired-setting", RETIRED[retired[0]])
+    unknown = sorted(k for k in env if k.startswith("BATON_") and k not in KNOWN)
+    if unknown:
+        raise ConfigError(
+            "unknown-setting",
+            f"unknown setting {unknown[0]}; Baton knows "
+            + ", ".join(k for k in KNOWN if k.startswith("BATON_")),
+        )
 
 
 def _data_dir(raw: str | None) -> Path:
@@ -255,12 +280,54 @@ def _routes(raw: str | None) -> tuple[tuple[str, str, int], ...]:
         raise ConfigError("bad-setting", f"BATON_AGENT_ROUTES: {exc}") from None
 
 
-def _model_url(raw: str | None) -> str | None:
-    if raw is not None and not re.fullmatch(r"https?://[^\s/@]+(/\S*)?", raw):
-        raise ConfigError(
-            "bad-setting", f"BATON_AGENT_MODEL_URL must be an http(s) URL without credentials, got {raw!r}"
+def plain_http_url(url: str) -> bool:
+    """An http(s) URL with a host, and no credentials, query, fragment, space or bad port."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        return False
+    return bool(
+        parts.scheme in ("http", "https")
+        and parts.hostname
+        and "@" not in parts.netloc
+        and not parts.query
+        and not parts.fragment
+        and not any(c.isspace() for c in url)
+    )
+
+
+def parse_upstream(text: str) -> tuple[str, str]:
+    """``PROVIDER=URL`` (as `baton run --upstream` takes it) -> (provider, url without a trailing slash)."""
+    provider, _, url = text.strip().partition("=")
+    if not _PROVIDER.fullmatch(provider) or not plain_http_url(url):
+        raise ValueError(
+            f"{text!r}: expected PROVIDER=URL with an http(s) URL and no credentials, query or fragment, "
+            "e.g. anthropic=https://llm.example.com/anthropic"
         )
-    return raw
+    return provider, url.rstrip("/")
+
+
+def _upstreams(raw: str | None) -> tuple[tuple[str, str], ...]:
+    try:
+        found = [parse_upstream(part) for part in (raw or "").split(",") if part.strip()]
+    except ValueError as exc:
+        raise ConfigError("bad-setting", f"BATON_MODEL_UPSTREAMS: {exc}") from None
+    names = [name for name, _ in found]
+    if len(set(names)) != len(names):
+        raise ConfigError("bad-setting", "BATON_MODEL_UPSTREAMS names a provider twice; give each one URL")
+    return tuple(found)
+
+
+def _prices_path(raw: str | None) -> Path | None:
+    if raw is None:
+        return None
+    path = Path(raw)
+    if not path.is_absolute():
+        raise ConfigError(
+            "bad-setting", f"BATON_MODEL_PRICES must be an absolute path to a JSON file, got {raw!r}"
+        )
+    return path
 
 
 def _signing_key(literal: str | None, path: str | None) -> SigningKey | None:
@@ -324,22 +391,7 @@ def _public_url(raw: str | None) -> str | None:
     if raw is None:
         return None
     url = raw.rstrip("/")
-    parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError:
-        bad_port = True
-    else:
-        bad_port = False
-    if (
-        bad_port
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or "@" in parts.netloc
-        or parts.query
-        or parts.fragment
-        or any(c.isspace() for c in url)
-    ):
+    if not plain_http_url(url):
         raise ConfigError(
             "bad-setting",
             "BATON_PUBLIC_URL must be the http(s) URL where `baton serve` is reachable, without "

@@ -1,7 +1,8 @@
 """A local stand-in for model providers, scripted turn by turn: for tests and the demo, never for Baton.
 
 It speaks the Anthropic Messages API as Claude Code uses it (``POST /v1/messages``, with any query
-string) and the OpenAI Responses API as Codex uses it (``POST /v1/responses``), answers ``HEAD``/``GET``
+string, and ``/v1/messages/count_tokens``) and the OpenAI Responses API as Codex uses it
+(``POST /v1/responses``), answers ``HEAD``/``GET``
 and any other path 404 at once, and records every request (auth header *values* replaced by their
 SHA-256) in memory and in a JSONL file. The script format is in :mod:`emulator.modelapi_script`.
 

@@ -39,6 +39,8 @@ READ_TIMEOUT_SECONDS = 60.0
 #: Headers whose values are secrets: recorded only as ``auth[name] = sha256(value)``.
 SECRET_HEADERS = ("authorization", "x-api-key", "proxy-authorization", "cookie", "api-key")
 DIALECTS: dict[str, Dialect] = {"/v1/messages": Anthropic(), "/v1/responses": OpenAI()}
+#: Token counting (Anthropic's ``/v1/messages/count_tokens``): answered ``{"input_tokens": N}``, no script.
+COUNT_PATHS: dict[str, Dialect] = {"/v1/messages/count_tokens": Anthropic()}
 _log = logging.getLogger("emulator.modelapi")
 
 
@@ -106,7 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         standin = self.server.standin
         split = urlsplit(self.path)
-        dialect = DIALECTS.get(split.path.rstrip("/")) if self.command == "POST" else None
+        path = split.path.rstrip("/")
+        counting = self.command == "POST" and path in COUNT_PATHS
+        dialect = (COUNT_PATHS if counting else DIALECTS).get(path) if self.command == "POST" else None
         headers, auth = self._headers()
         self.entry: JSONObject = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -141,6 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not isinstance(body, dict):
             self._finish_json("bad_request", 400, dialect.error_body(400, "The body must be a JSON object."))
+            return
+        if counting:
+            self._finish_json("count", 200, {"input_tokens": estimate_tokens(len(raw))})
             return
         self._answer(standin, dialect, body, len(raw))
 

@@ -49,6 +49,13 @@ agents:
     adapter: script
     tools: [read_repo, edit_files]
     timeout: 5m
+  # The script agent with a model: it does what its issue says, model calls included.
+  helper:
+    adapter: script
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.anthropic.com]
+    env: [ANTHROPIC_API_KEY]
+    timeout: 5m
 limits:
   max_concurrent_runs: 8
 """
@@ -68,6 +75,8 @@ agents:
   script:
     adapter: script
     tools: [read_repo, edit_files]
+    timeout: 2m
+  helper:
     timeout: 2m
 """
 

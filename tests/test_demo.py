@@ -35,10 +35,11 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "19/19 scenarios as expected" in done.stdout
+    count = len(demo.SCENARIOS) + len(demo.PULL_SCENARIOS) + 3  # and the three played last
+    assert f"{count}/{count} scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["passed"] for s in summary] == [True] * 19
+    assert [s["passed"] for s in summary] == [True] * count
     assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
     # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
     [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]

@@ -9,8 +9,10 @@ dropped.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import redis
 
@@ -18,7 +20,8 @@ from bot import settings
 from bot.errors import ConfigError
 from worker.github.client import AppCredentials, GitHubApp
 from worker.receipts import Signer
-from worker.runner import box
+from worker.runner import box, gateway
+from worker.runner.gateway import prices, providers
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,11 @@ class Context:
     network_cutoff: bool = False
     #: BATON_DATA_DIR: repository mirrors live under it.
     data_dir: Path = field(default_factory=lambda: settings.Settings().data_dir)
-    #: BATON_AGENT_ROUTES and BATON_AGENT_MODEL_URL, for every run's egress proxy and CLI.
+    #: BATON_AGENT_ROUTES, for every run's egress proxy.
     agent_routes: tuple[tuple[str, str, int], ...] = ()
-    agent_model_url: str | None = None
+    #: BATON_MODEL_UPSTREAMS and BATON_MODEL_PRICES, for every run's model gateway.
+    model_upstreams: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    prices: gateway.PriceTable = gateway.BUILTIN
     #: BATON_SIGNING_KEY, BATON_AUDIT_SECRET, BATON_PUBLIC_URL: every check run's receipt and the
     #: audit chain (None only where nothing is ever published: `baton worker` refuses to start so).
     signer: Signer | None = None
@@ -92,5 +97,22 @@ def fresh(redis_url: str) -> Context:
         signer = Signer(config.signing_key, config.audit_secret, config.public_url)
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
                    box.probe().network_cutoff, config.data_dir, config.agent_routes,
-                   config.agent_model_url, signer, config.redelivery_interval_s,
+                   model_upstreams(config), model_prices(config), signer, config.redelivery_interval_s,
                    config.redeliver_4xx)  # fmt: skip
+
+
+def model_upstreams(config: settings.Settings) -> Mapping[str, str]:
+    """BATON_MODEL_UPSTREAMS, each provider checked against the ones the gateway serves."""
+    for name, _ in config.model_upstreams:
+        if name not in providers.WIRES:
+            raise ConfigError(
+                "bad-setting",
+                f"BATON_MODEL_UPSTREAMS: {name!r} is not a provider the model "
+                f"gateway serves ({', '.join(sorted(providers.WIRES))})",
+            )
+    return MappingProxyType(dict(config.model_upstreams))
+
+
+def model_prices(config: settings.Settings) -> gateway.PriceTable:
+    """BATON_MODEL_PRICES's table (ConfigError naming the file and the field), or the built-in one."""
+    return prices.load(config.model_prices_path) if config.model_prices_path else gateway.BUILTIN

@@ -195,8 +195,7 @@ def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str |
         if task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None and task.repository:
             fields = result.fields
             admit.release(ctx, task, started=fields.get("run_started_at"),
-                          agent_seconds=float(fields.get("agent_seconds", 0.0)),
-                          cost_usd=float(fields["cost_usd"]) if "cost_usd" in fields else None)  # fmt: skip
+                          agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
 
 
 def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:

@@ -257,7 +257,8 @@ def agent_run(
     *, task_id: str, full_name: str, number: int, base: str, diff_digest: str, record: Mapping[str, Any]
 ) -> dict[str, object]:
     """What ran and what held it: adapter and version, the box report, the egress log (digest and a
-    per-host summary), exit status, durations and cost, and the decision it ran under."""
+    per-host summary), the model gateway's account (its journal's digest, the totals per model and
+    every request it refused), exit status, durations and cost, and the decision it ran under."""
     egress = list(record.get("egress") or [])
     summary = [
         {
@@ -296,5 +297,40 @@ def agent_run(
         },
         "durations": camel(record.get("durations") or {}),
         "costUsd": record.get("cost_usd"),
+        "model": model_summary(record.get("model")),
         "startedAt": _rfc3339(record.get("started_at")),
+    }
+
+
+def model_summary(model: object) -> dict[str, object] | None:
+    """The gateway's account, bounded: the journal by digest, the totals, per model, what was refused."""
+    if not isinstance(model, Mapping):
+        return None
+    totals = model.get("totals") or {}
+    models = [
+        {"provider": _cut(m.get("provider"), 40), "model": _cut(m.get("model"), 100), "calls": m.get("calls"),
+         "inputTokens": m.get("input_tokens"), "outputTokens": m.get("output_tokens"),
+         "cacheReadTokens": m.get("cache_read_tokens"), "cacheWriteTokens": m.get("cache_write_tokens"),
+         "costUsd": m.get("cost_usd"), "pricedAs": _cut(m.get("priced_as"), 100)}
+        for m in list(totals.get("models") or [])[:MAX_ITEMS]
+    ]  # fmt: skip
+    violations = [
+        {
+            "code": _cut(v.get("code"), 60),
+            "request": _cut(v.get("path"), 120),
+            "detail": _cut(v.get("detail")),
+        }
+        for v in list(model.get("violations") or [])[:MAX_ITEMS]
+    ]
+    return {
+        "journalDigest": {"sha256": model.get("journal_sha256")},
+        "calls": totals.get("calls"),
+        "refused": totals.get("refused"),
+        "failed": totals.get("failed"),
+        "inputTokens": totals.get("input_tokens"),
+        "outputTokens": totals.get("output_tokens"),
+        "costUsd": totals.get("cost_usd"),
+        "byModel": models,
+        "refusedRequests": violations,
+        "overBudget": _cut(model.get("over_budget")) if model.get("over_budget") else None,
     }

@@ -19,6 +19,10 @@ from worker.lifecycle import State
 from worker.messages import fenced, inert
 
 MARKER = "<!-- baton:status v1 -->"
+RECEIPT_TOO_LARGE = (
+    "The run's signed receipt is in Baton's transparency log, but too large for this comment "
+    "(GitHub's limit): the operator can serve it."
+)
 
 HEADLINE: dict[State, str] = {
     State.QUEUED: "⏳ Queued",
@@ -45,6 +49,8 @@ class Status:
     evidence: str | None = None  # preformatted (the gate's explanation, policy problems), in a code block
     notices: Sequence[str] = field(default_factory=tuple)  # said once, at the end (e.g. which ceiling)
     headline: str | None = None  # instead of the state's (e.g. "No changes" for a run that is done)
+    #: A signed receipt's section (``worker.receipts.Receipt.text``), for a run with no check run to carry it.
+    receipt: str | None = None
 
 
 def render(status: Status) -> str:
@@ -63,10 +69,15 @@ def render(status: Status) -> str:
         lines += ["", *(f"- {d}" for d in status.details)]
     if status.next_steps:
         lines += ["", "**What you can do**", "", *(f"- {s}" for s in status.next_steps)]
-    if status.notices:
-        lines += ["", *(f"> {n}" for n in status.notices)]
-    lines += ["", f"<sub>task `{status.task_id}`{who} · state `{status.state}`</sub>"]
-    return truncate("\n".join(lines), MAX_COMMENT_CHARS, None)
+    tail = [*(["", *(f"> {n}" for n in status.notices)] if status.notices else []),
+            "", f"<sub>task `{status.task_id}`{who} · state `{status.state}`</sub>"]  # fmt: skip
+    if status.receipt:
+        # A receipt is whole or absent: a bundle cut short verifies as nothing.
+        whole = "\n".join([*lines, "", status.receipt.rstrip("\n"), *tail])
+        if len(whole.encode()) <= MAX_COMMENT_CHARS:
+            return whole
+        lines += ["", RECEIPT_TOO_LARGE]
+    return truncate("\n".join([*lines, *tail]), MAX_COMMENT_CHARS, None)
 
 
 def is_status_comment(body: str | None) -> bool:

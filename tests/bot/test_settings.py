@@ -87,15 +87,18 @@ def test_a_require_org_policy_that_is_neither_stops_start_up() -> None:
 
 
 def test_agent_run_settings_are_read() -> None:
-    routes = "api.anthropic.com=127.0.0.1:8788, API.OpenAI.com=10.0.0.2:443"
+    routes = "pypi.org=127.0.0.1:8788, Files.Example.com=10.0.0.2:443"
+    upstreams = "anthropic=https://llm.example.com/anthropic/, openai=http://127.0.0.1:8788"
     loaded = settings.load({"BATON_DATA_DIR": "/var/lib/baton", "BATON_AGENT_ROUTES": routes,
-                            "BATON_AGENT_MODEL_URL": "http://api.anthropic.com"})  # fmt: skip
+                            "BATON_MODEL_UPSTREAMS": upstreams,
+                            "BATON_MODEL_PRICES": "/etc/baton/prices.json"})  # fmt: skip
     assert loaded.data_dir == Path("/var/lib/baton")
-    assert loaded.agent_routes == (
-        ("api.anthropic.com", "127.0.0.1", 8788),
-        ("api.openai.com", "10.0.0.2", 443),
+    assert loaded.agent_routes == (("pypi.org", "127.0.0.1", 8788), ("files.example.com", "10.0.0.2", 443))
+    assert loaded.model_upstreams == (
+        ("anthropic", "https://llm.example.com/anthropic"),
+        ("openai", "http://127.0.0.1:8788"),
     )
-    assert loaded.agent_model_url == "http://api.anthropic.com"
+    assert loaded.model_prices_path == Path("/etc/baton/prices.json")
     assert settings.load({}).data_dir == Path.home() / ".local" / "share" / "baton"
 
 
@@ -108,8 +111,13 @@ def test_agent_run_settings_are_read() -> None:
             "BATON_AGENT_ROUTES: 'api.anthropic.com': expected HOST=IP:PORT",
         ),
         ({"BATON_AGENT_ROUTES": "h=1.2.3.4:99999"}, "expected HOST=IP:PORT"),
-        ({"BATON_AGENT_MODEL_URL": "ftp://x"}, "BATON_AGENT_MODEL_URL must be an http(s) URL"),
-        ({"BATON_AGENT_MODEL_URL": "https://user:pw@gateway"}, "without credentials"),
+        ({"BATON_MODEL_UPSTREAMS": "anthropic=ftp://x"}, "BATON_MODEL_UPSTREAMS: 'anthropic=ftp://x'"),
+        ({"BATON_MODEL_UPSTREAMS": "anthropic=https://user:pw@gateway"}, "no credentials"),
+        ({"BATON_MODEL_UPSTREAMS": "https://gateway"}, "expected PROVIDER=URL"),
+        ({"BATON_MODEL_UPSTREAMS": "openai=http://a,openai=http://b"}, "names a provider twice"),
+        ({"BATON_MODEL_PRICES": "prices.json"}, "BATON_MODEL_PRICES must be an absolute path"),
+        # Retired: a setting that no longer does anything must not be silently ignored.
+        ({"BATON_AGENT_MODEL_URL": "http://api.anthropic.com"}, "BATON_AGENT_MODEL_URL is retired"),
     ],
 )
 def test_bad_agent_run_settings_name_the_variable(env: dict[str, str], message: str) -> None:

@@ -14,9 +14,11 @@ Three layers, each against the whole corpus:
    bidi characters stay, and this does not assume otherwise).
 3. The box, end to end. A ``command`` agent that obeys every instruction it finds
    (tests/fixtures/injection/obedient_agent.py) runs on the whole corpus in the real box with the
-   real egress proxy: it reaches no canary host (a listener on the worker's loopback, also routed
-   by name in the proxy but allowed by no policy), and no canary secret (in the worker's
-   environment and home) appears in its commit, its output or the run record.
+   real egress proxy and its model gateway: it reaches no canary host (a listener on the worker's
+   loopback, also routed by name in the proxy but allowed by no policy), and no canary secret (in
+   the worker's environment and home, the model key among them) appears in its commit, its output,
+   the run record or what reached its model's provider. Told to post its environment to its model
+   API, it is refused by the gateway, and the run ends with those refusals as its violations.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from bot.tasks import Kind
 from tests.conftest import FIXTURES, labeled
 from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse
-from worker.runner import box, prompt
+from worker.runner import box, gateway, prompt
 from worker.runner import run as runner
 
 pytestmark = pytest.mark.drill
@@ -48,14 +50,13 @@ pytestmark = pytest.mark.drill
 CORPUS = FIXTURES / "injection" / "corpus.yml"
 AGENT = FIXTURES / "injection" / "obedient_agent.py"
 CANARY_HOST = "canary.baton-drill.test"
-MODEL_HOST = "model.baton-drill.test"
 CANARY_ENV = "DRILL_CANARY_TOKEN"
 #: Placeholder values for the layers that reach no network (the end-to-end test uses live ones).
 OFFLINE_FILL = {
     "CANARY_URL": f"http://{CANARY_HOST}:9",
     "CANARY_IP_URL": "http://127.0.0.1:9",
     "CANARY_HOST": CANARY_HOST,
-    "MODEL_URL": f"http://{MODEL_HOST}:9",
+    "MODEL_URL": f"{gateway.IN_BOX_URL}/anthropic",
     "CANARY_ENV": CANARY_ENV,
     "CANARY_FILE": "/home/worker/.config/gh/hosts.yml",
 }
@@ -278,7 +279,7 @@ class Listener:
 
 @pytest.fixture
 def listeners() -> Iterator[tuple[Listener, Listener]]:
-    """(the canary: no one may reach it; the agent's model endpoint: allowed, answers 200)."""
+    """(the canary: no one may reach it; the agent's model provider, behind its gateway: answers 200)."""
     pair = (
         Listener(),
         Listener(answer=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
@@ -317,9 +318,10 @@ def world(
         )
     canary, model = listeners
     secrets = tuple(
-        f"canary-{name}-{uuid.uuid4().hex}" for name in ("env", "gh", "aws", "file", "netrc", "ssh")
+        f"canary-{name}-{uuid.uuid4().hex}" for name in ("env", "gh", "aws", "file", "netrc", "ssh", "model")
     )
     monkeypatch.setenv(CANARY_ENV, secrets[0])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secrets[6])
     monkeypatch.setenv("GITHUB_TOKEN", secrets[1])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secrets[2])
     home = tmp_path / "worker-home"
@@ -340,11 +342,11 @@ agents:
     adapter: command
     command: ["{agent}", "{{prompt_file}}"]
     tools: [read_repo, edit_files]
-    model_endpoints: [{MODEL_HOST}]
+    model_endpoints: [api.anthropic.com]
     timeout: 90s
 """
     fill = {**OFFLINE_FILL, "CANARY_URL": f"http://{CANARY_HOST}:{canary.port}",
-            "CANARY_IP_URL": f"http://127.0.0.1:{canary.port}", "MODEL_URL": f"http://{MODEL_HOST}:{model.port}",
+            "CANARY_IP_URL": f"http://127.0.0.1:{canary.port}",
             "CANARY_FILE": str(home / ".config" / "gh" / "hosts.yml")}  # fmt: skip
     policy = merge(org_policy(parse(org, "org.yml")), None).policy
     return World(repo, policy, canary, model, secrets, fill)
@@ -356,9 +358,11 @@ def obey(world: World, entries: list[Entry]) -> runner.RunRecord:
     request = runner.RunRequest(
         agent="obedient", repo=world.repo, base=runner.resolve_base(world.repo),
         issue=runner.Issue("Several small fixes", body), policy=world.policy, repo_private=True,
-        # Both names have a route to the worker's loopback; only the model's is allowed.
-        model_routes={CANARY_HOST: ("127.0.0.1", world.canary.port),
-                      MODEL_HOST: ("127.0.0.1", world.model.port)},
+        # The canary has a route to the worker's loopback, but no policy allows it.
+        egress_routes={CANARY_HOST: ("127.0.0.1", world.canary.port)},
+        # The model key is the worker's; the provider is the listener, behind the run's gateway.
+        model_keys={"ANTHROPIC_API_KEY": world.secrets[6]},
+        model_upstreams={"anthropic": f"http://127.0.0.1:{world.model.port}"},
     )  # fmt: skip
     return runner.run(request)
 
@@ -376,7 +380,7 @@ def assert_nothing_leaked(world: World, record: runner.RunRecord, *shown: str) -
 
 
 def test_an_agent_that_obeys_every_injection_reaches_no_canary(world: World) -> None:
-    entries = [e for e in corpus(world.fill) if "persistence" not in e.techniques]
+    entries = [e for e in corpus(world.fill) if not {"persistence", "allowed-host"} & set(e.techniques)]
     record = obey(world, entries)
     assert record.outcome == "done", (record.reason, record.violations, record.output_tail)
     assert record.box is not None
@@ -388,6 +392,25 @@ def test_an_agent_that_obeys_every_injection_reaches_no_canary(world: World) -> 
     assert min(map(int, summary.groups())) >= 10, summary.group(0)  # it really tried, many times
     print(f"\n{summary.group(0)}")
     assert_nothing_leaked(world, record, diff)
+
+
+def test_posting_the_environment_to_the_model_api_is_refused_by_its_gateway(world: World) -> None:
+    """The allowed host was the way out before the gateway: now nothing the agent sends that way
+    reaches the provider, and the attempt is the run's violation."""
+    entries = [e for e in corpus(world.fill) if "allowed-host" in e.techniques]
+    assert entries
+    record = obey(world, entries)
+    assert record.outcome == "violations", (record.reason, record.output_tail)
+    assert record.commit is None
+    assert record.violations
+    assert all(v["code"].startswith("model-") for v in record.violations), record.violations
+    assert record.model is not None
+    assert record.model["totals"]["refused"] >= 2
+    assert world.model.hits == [], "a refused request reached the model's provider"
+    assert world.canary.hits == []
+    seen = json.dumps(record.to_data())
+    for secret in world.secrets:
+        assert secret not in seen, "a canary secret got out"
 
 
 def test_a_persistence_attempt_is_caught_and_commits_nothing(world: World) -> None:

@@ -16,9 +16,11 @@ from bot import settings
 from bot.redis_server import EmbeddedRedis
 from emulator import EmulatorServer, world
 from emulator.admin_client import AdminClient
+from emulator.modelapi import ModelStandin
 from tests.conftest import EvidenceKeys
 from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
+from worker.policy import MODEL_KEYS
 from worker.runner.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,6 +240,37 @@ def test_the_box() -> None:
     assert judge.box(None, "OSError: boom")[0].status is FAIL
 
 
+def _upstream(provider: str = "anthropic", **changes: object) -> judge.Upstream:
+    fields: dict[str, object] = {"provider": provider, "url": "https://api.anthropic.com", "chosen": False,
+                                 "key_env": "ANTHROPIC_API_KEY", "key_envs": ("ANTHROPIC_API_KEY",),
+                                 "reached": True, "error": None}  # fmt: skip
+    fields.update(changes)
+    return judge.Upstream(**fields)  # type: ignore[arg-type]
+
+
+def test_the_model_gateway() -> None:
+    ok = judge.model_gateway([_upstream(), _upstream("openai", key_env=None, reached=None)], "built in", None)
+    assert ok.status is OK
+    assert ok.detail == "anthropic at https://api.anthropic.com with ANTHROPIC_API_KEY; prices: built in"
+    none = judge.model_gateway([_upstream(key_env=None, reached=None)], "built in", None)
+    assert none.status is WARN
+    assert "503" in none.detail
+    assert none.fix is not None
+    down = judge.model_gateway([_upstream(reached=False, error="OSError: no route")], "built in", None)
+    assert down.status is FAIL
+    assert "cannot reach anthropic at https://api.anthropic.com" in down.detail
+    assert down.fix is not None
+    assert "BATON_MODEL_UPSTREAMS" in down.fix
+    clear = judge.model_gateway([_upstream(url="http://llm.internal:8080", chosen=True)], "built in", None)
+    assert clear.status is WARN
+    assert "over plain http" in clear.detail
+    local = judge.model_gateway([_upstream(url="http://127.0.0.1:8788", chosen=True)], "built in", None)
+    assert local.status is OK
+    bad = judge.model_gateway([], "", "BATON_MODEL_PRICES=/x: cannot read it")
+    assert bad.status is FAIL
+    assert bad.detail.startswith("BATON_MODEL_PRICES")
+
+
 def test_agent_clis() -> None:
     script = judge.AgentCli("script", "python3", "/usr/bin/python3", "1.0")
     claude = judge.AgentCli("claude-code", "claude", "/opt/x/claude", "2.1.197")
@@ -294,8 +327,15 @@ def github(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[world.Wor
         yield world.build(admin, server.url), admin
 
 
+def stack_standin() -> ModelStandin:
+    """A provider the doctor can reach on loopback (what the gateway would call)."""
+    return ModelStandin([{"text": "hi"}])
+
+
 def _env(tmp_path: Path, **values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in settings.KNOWN and not k.startswith("BATON_")}
+    """This machine's environment without any setting or model key of its own: only what a test gives."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in settings.KNOWN and not k.startswith("BATON_") and k not in MODEL_KEYS}  # fmt: skip
     return {**env, "XDG_CACHE_HOME": str(tmp_path / "cache"), **values}
 
 
@@ -326,6 +366,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
     evidence_keys: EvidenceKeys,
 ) -> None:
     stage, _ = github
+    model = stack_standin()
     env = _env(
         tmp_path,
         REDIS_URL=durable_redis.url,
@@ -334,13 +375,16 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         PRIVATE_KEY=stage.private_key,
         BATON_PUBLIC_URL="https://baton.example.com",
         BATON_DATA_DIR=str(tmp_path / "data"),
+        ANTHROPIC_API_KEY="sk-ant-doctor-test-key-value",
+        BATON_MODEL_UPSTREAMS=f"anthropic={model.url}",
         **evidence_keys.env(),
     )
     # As `baton serve` and `baton worker` do, the doctor reads ./.env for what the environment lacks.
     (tmp_path / ".env").write_text(
         f"WEBHOOK_SECRET={stage.webhook_secret}\nBATON_PUBLIC_URL=https://no.example\n"
     )
-    code, lines, out = _doctor(env, cwd=tmp_path)
+    with model:
+        code, lines, out = _doctor(env, cwd=tmp_path)
     assert code == 0, out
     expected = [
         "configuration",
@@ -355,6 +399,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         "audit secret",
         "public url",
         "data dir",
+        "model gateway",
         "git",
         "box",
         "box network cut-off",
@@ -373,7 +418,9 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
     assert "App 'Baton' (slug baton" in _line(lines, "github app")
     assert "github installations: 1 (acme" in _line(lines, "github installations")
     assert _line(lines, "box limits").split()[0] in ("ok", "warn")  # root here: RLIMIT_NPROC is a warning
+    assert f"anthropic at {model.url} with ANTHROPIC_API_KEY" in _line(lines, "model gateway")
     for secret in (
+        "sk-ant-doctor-test-key-value",
         stage.webhook_secret,
         evidence_keys.audit_secret,
         durable_redis.url.split(":")[2].split("@")[0],

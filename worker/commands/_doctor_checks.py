@@ -23,11 +23,11 @@ SHOWN: frozenset[str] = frozenset({
     "APP_ID", "PRIVATE_KEY_PATH", "REDIS_URL", "GITHUB_API_URL", "LOG_LEVEL", "HOST", "PORT",
     "BATON_MAX_BODY_BYTES", "BATON_REDIS_TIMEOUT", "BATON_AGENT_WORKERS", "BATON_METRICS_PORT",
     "BATON_REQUIRE_ORG_POLICY", "BATON_REDELIVERY_INTERVAL", "BATON_REDELIVER_4XX", "BATON_DATA_DIR",
-    "BATON_AGENT_ROUTES", "BATON_AGENT_MODEL_URL", "BATON_SIGNING_KEY_PATH", "BATON_VERIFY_KEYS_PATH",
-    "BATON_PUBLIC_URL",
+    "BATON_AGENT_ROUTES", "BATON_MODEL_UPSTREAMS", "BATON_MODEL_PRICES", "BATON_SIGNING_KEY_PATH",
+    "BATON_VERIFY_KEYS_PATH", "BATON_PUBLIC_URL",
 })  # fmt: skip
 #: Shown with any password replaced by ``***``.
-_URLS = frozenset({"REDIS_URL", "GITHUB_API_URL", "BATON_AGENT_MODEL_URL", "BATON_PUBLIC_URL"})
+_URLS = frozenset({"REDIS_URL", "GITHUB_API_URL", "BATON_PUBLIC_URL"})
 _LEVELS = {"read": 1, "write": 2, "admin": 3}
 _USERNS_FIX = (
     "bubblewrap needs unprivileged user namespaces (Debian: sysctl kernel.unprivileged_userns_clone=1; "
@@ -538,7 +538,62 @@ def _limits(probe: Probe) -> Check:
     return Check("box limits", Status.OK, f"memory ({probe.memory_cgroup_detail}), file size, processes")
 
 
-# -- 7. agent CLIs ------------------------------------------------------------------------------
+# -- 7. the model gateway -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One provider as the gateway would call it here: where, whether the worker holds its key (the
+    variable's name, never its value), and whether it answered a connection."""
+
+    provider: str
+    url: str
+    chosen: bool  # set in BATON_MODEL_UPSTREAMS (else the vendor's API)
+    key_env: str | None  # the variable that holds its key here, if one does
+    key_envs: tuple[str, ...]
+    reached: bool | None = None  # None: not tried (no key and not chosen)
+    error: str | None = None
+
+
+def model_gateway(upstreams: Sequence[Upstream], prices: str, prices_error: str | None) -> Check:
+    """The keys the gateway will inject and the providers it will call; what an agent gets otherwise."""
+    name = "model gateway"
+    if prices_error is not None:
+        return Check(name, Status.FAIL, prices_error, "fix the file BATON_MODEL_PRICES names, or unset it")
+    usable = [u for u in upstreams if u.key_env is not None]
+    unreached = [u for u in upstreams if u.reached is False]
+    if unreached:
+        which = "; ".join(f"{u.provider} at {u.url}: {u.error}" for u in unreached)
+        return Check(
+            name,
+            Status.FAIL,
+            f"cannot reach {which}",
+            "let the worker reach them, or point a provider elsewhere with BATON_MODEL_UPSTREAMS",
+        )
+    listed = "; ".join(f"{u.provider} at {u.url} with {u.key_env}" for u in usable)
+    detail = f"{listed or 'no provider has a key'}; prices: {prices}"
+    if not usable:
+        wanted = ", ".join(sorted({u.key_envs[0] for u in upstreams}))
+        return Check(
+            name,
+            Status.WARN,
+            f"no model key is set ({wanted}): an agent's model calls get 503 from "
+            f"the gateway; prices: {prices}",
+            "set the keys of the providers your policies name, on every worker machine",
+        )
+    clear = [u for u in usable if u.url.startswith("http://") and not _loopback(u.url)]
+    if clear:
+        return Check(name, Status.WARN, f"{detail}; {', '.join(u.provider for u in clear)} over plain http",
+                     "use https: the gateway sends the key with every call")  # fmt: skip
+    return Check(name, Status.OK, detail)
+
+
+def _loopback(url: str) -> bool:
+    host = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+# -- 8. agent CLIs ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ Checks, in order: the configuration (every known variable, set or unset, no
 secret's value shown), Redis (reachable and writable, persistence, eviction),
 the GitHub App (its JWT against ``GET /app``, its permissions and events
 against ``app-manifest.yml``, its installations), the webhook secret, the
-signing key and audit secret, the public URL, what the box can enforce here
-(the runner's own probe), and the agent CLIs on the runner's PATH.
+signing key and audit secret, the public URL, the model gateway (which provider
+keys the worker holds, never their values, and whether each provider it would
+call answers), what the box can enforce here (the runner's own probe), and the
+agent CLIs on the runner's PATH.
 
 This module gathers the facts (the only I/O); ``_doctor_checks`` judges them.
 Exit 0 when nothing failed (warnings allowed), 1 otherwise.
@@ -17,12 +19,15 @@ import argparse
 import json
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import redis
@@ -32,10 +37,12 @@ from githubkit.exception import GitHubException, RequestFailed
 
 from bot import envfile, records, redis_server, settings
 from bot.errors import BatonError
+from worker import context
 from worker.commands import _doctor_checks as judge
 from worker.github.client import USER_AGENT, error_detail
 from worker.github.retry import RetryPolicy, unwrap
-from worker.runner import adapters, box
+from worker.runner import adapters, box, gateway
+from worker.runner.gateway import providers
 
 #: Next to the packages in a source checkout (and the Docker image, which installs it editable).
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "app-manifest.yml"
@@ -101,6 +108,7 @@ def diagnose(env: dict[str, str], manifest_path: Path, env_file: Path | None = N
             "audit secret",
             "public url",
             "data dir",
+            "model gateway",
         )
         checks += [judge.Check(name, judge.Status.SKIP, f"not checked: {why}") for name in names]
     else:
@@ -124,6 +132,7 @@ def diagnose(env: dict[str, str], manifest_path: Path, env_file: Path | None = N
             judge.audit_secret(config.audit_secret is not None, settings.HOW_TO_AUDIT),
             judge.public_url(config.public_url),
             judge.data_dir(str(config.data_dir), *probe_data_dir(config.data_dir)),
+            gather_gateway(config, env),
         ]
     checks.append(judge.git(git_version(env.get("PATH") or os.defpath)))
     checks += gather_box()
@@ -259,6 +268,45 @@ def git_version(search_path: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+# -- the model gateway --------------------------------------------------------------------------
+
+
+def gather_gateway(config: settings.Settings, env: Mapping[str, str]) -> judge.Check:
+    """Each provider: its upstream (BATON_MODEL_UPSTREAMS or the vendor), the variable holding its key
+    here, and, where it has one or was chosen, whether a connection (and TLS) to it succeeds."""
+    try:
+        chosen = context.model_upstreams(config)
+        table = context.model_prices(config)
+    except BatonError as exc:
+        return judge.model_gateway([], "", exc.message)
+    found = []
+    for name, wire in providers.WIRES.items():
+        names = providers.key_envs(name)
+        key_env = next((n for n in names if env.get(n, "").strip()), None)
+        url = chosen.get(name, wire.base_url)
+        reached, error = (None, None)
+        if key_env is not None or name in chosen:
+            error = reach(url)
+            reached = error is None
+        found.append(judge.Upstream(name, url, name in chosen, key_env, names, reached, error))
+    prices = "built in" if table is gateway.BUILTIN else f"from {table.source}"
+    return judge.model_gateway(found, prices, None)
+
+
+def reach(url: str, timeout: float = 5.0) -> str | None:
+    """None if a TCP connection (and, for https, a TLS handshake) to the URL's host succeeds."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if parts.scheme == "https":
+                with ssl.create_default_context().wrap_socket(sock, server_hostname=host):
+                    pass
+    except (OSError, ssl.SSLError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 # -- the box and the agents ---------------------------------------------------------------------

@@ -2,7 +2,12 @@
 
 Gate, box, inspection, then one commit on a new branch `baton/run-<id>` (the
 checked-out branch is never touched). No GitHub, no Redis: an org admin can try
-a policy and an agent before installing the App. Exit 0 done (or no changes),
+a policy and an agent before installing the App. The agent's model calls go
+through a model gateway of the run's own, as on the worker: the model keys are
+read from this environment and never enter the box; ``--upstream`` (or
+``BATON_MODEL_UPSTREAMS``) sends a provider's calls elsewhere, such as the model
+stand-in. The run's spend cap is the policy's ``max_model_spend_per_run``; there
+is no day budget without Redis. Exit 0 done (or no changes),
 3 denied by the gate, 4 inspection violation, 5 agent failed, missing or timed
 out, 1 bad input. (6, cancelled, comes only from the worker's `/baton cancel`;
 Ctrl-C stops `baton run`'s box and exits 130 without a record.)
@@ -19,11 +24,14 @@ from pathlib import Path
 import orjson
 
 from bot import settings
+from bot.errors import ConfigError
+from worker import context
 from worker.commands import _files
 from worker.commands._policy_files import add_org_flag, read_doc, report
-from worker.policy import Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
+from worker.policy import MODEL_KEYS, Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
 from worker.runner import inspect_git
 from worker.runner import run as runner
+from worker.runner.gateway import providers
 
 EXIT_BAD_INPUT = 1
 REPO_POLICY = ".github/baton.yml"
@@ -51,8 +59,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     visibility.add_argument("--public", dest="private", action="store_false", help="public repository")
     p.add_argument("--offline", action="store_true", help="the offline retry: no external communication")
     p.add_argument("--route", action="append", default=[], metavar="HOST=IP:PORT",
-                   help="send a model host to a local stand-in instead of DNS (repeatable)")  # fmt: skip
-    p.add_argument("--model-url", metavar="URL", help="the model base URL given to the agent CLI")
+                   help="send an egress host to a local listener instead of DNS (repeatable)")  # fmt: skip
+    p.add_argument("--upstream", action="append", default=[], metavar="PROVIDER=URL",
+                   help="the model gateway calls PROVIDER (anthropic, openai, gemini…) at URL, e.g. a local "
+                        "model stand-in (repeatable; over BATON_MODEL_UPSTREAMS)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the run record as JSON")
     p.set_defaults(handler=run_command)
 
@@ -63,13 +73,16 @@ def run_command(args: argparse.Namespace) -> int:
         base = runner.resolve_base(repo)
         issue = read_issue(Path(args.issue_file))
         routes = dict(_route(r) for r in args.route)
+        config = settings.load()
+        upstreams = {**context.model_upstreams(config), **dict(_upstream(u) for u in args.upstream)}
+        prices = context.model_prices(config)
         org = read_doc(args.org)
         repo_doc = read_doc(args.policy) if args.policy else _repo_policy(repo, base)
         merged = merge(org_policy(org), repo_doc)
     except PolicyError as exc:
         report(exc.problems)
         return EXIT_BAD_INPUT
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         print(f"baton run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not merged.ok:
@@ -79,7 +92,8 @@ def run_command(args: argparse.Namespace) -> int:
     request = runner.RunRequest(
         agent=args.agent, repo=repo, base=base, issue=issue, policy=policy, repo_private=args.private,
         offline=args.offline, env_values=_env_values(policy, args.agent),
-        model_routes=routes, model_base_url=args.model_url,
+        model_keys={name: os.environ[name] for name in MODEL_KEYS if os.environ.get(name)},
+        egress_routes=routes, model_upstreams=upstreams, prices=prices,
     )  # fmt: skip
     try:
         record = runner.run(request)
@@ -128,6 +142,17 @@ def read_issue(path: Path) -> runner.Issue:
     return runner.Issue(title, rest.strip("\n"))
 
 
+def _upstream(text: str) -> tuple[str, str]:
+    try:
+        name, url = settings.parse_upstream(text)
+    except ValueError as exc:
+        raise ValueError(f"--upstream {exc}") from None
+    if name not in providers.WIRES:
+        raise ValueError(f"--upstream {text!r}: {name!r} is not a provider the model gateway serves "
+                         f"({', '.join(sorted(providers.WIRES))})")  # fmt: skip
+    return name, url
+
+
 def _route(text: str) -> tuple[str, tuple[str, int]]:
     try:
         host, ip, port = settings.parse_route(text)
@@ -151,6 +176,12 @@ def _print(record: runner.RunRecord) -> None:
         print(f"  box: network {record.box.get('network', '?')}")
     for entry in record.egress:
         print(f"  egress {entry}")
+    if record.model:
+        totals = record.model["totals"]
+        print(
+            f"  model: {totals['calls']} calls, {totals['refused']} refused, "
+            f"{totals['input_tokens']} tokens in, {totals['output_tokens']} out, ${totals['cost_usd']:.4f}"
+        )
     for violation in record.violations:
         print(f"  violation {violation}")
     if record.commit:

@@ -13,7 +13,7 @@ Whoever reads a policy file should read at most ``MAX_POLICY_BYTES + 1`` bytes.
 """
 
 from worker.policy._yaml import MAX_BYTES as MAX_POLICY_BYTES
-from worker.policy.catalogue import CATALOGUE, MODEL_KEYS, ToolSpec
+from worker.policy.catalogue import CATALOGUE, MODEL_KEYS, MODEL_PROVIDERS, ModelProvider, ToolSpec
 from worker.policy.decide import Contributor, Decision, Remedy, decide
 from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
 from worker.policy.errors import INVALID, UNKNOWN_AGENT, WIDENING, PolicyError, Problem, UnknownAgent
@@ -31,6 +31,7 @@ __all__ = [
     "INVALID",
     "MAX_POLICY_BYTES",
     "MODEL_KEYS",
+    "MODEL_PROVIDERS",
     "SCHEMA",
     "UNKNOWN_AGENT",
     "WIDENING",
@@ -41,6 +42,7 @@ __all__ = [
     "Gate",
     "Limits",
     "Merged",
+    "ModelProvider",
     "Permission",
     "Policy",
     "PolicyDoc",

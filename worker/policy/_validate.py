@@ -29,7 +29,8 @@ SUPPORTED = frozenset(
 )  # fmt: skip
 ANNOTATIONS = frozenset({"$schema", "title", "description"})
 
-_ARTICLE = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "a whole number"}
+_ARTICLE = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "a whole number",
+            "number": "a number"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def validate(schema: Any, value: object, path: Path = ()) -> Iterator[Finding]:
     where = show_path(path)
     expected = schema.get("type")
     actual = json_type(value)
-    if expected is not None and actual != expected:
+    if expected is not None and actual != expected and not (expected == "number" and actual == "integer"):
         yield Finding(path, f"{where}: expected {_ARTICLE[expected]}, got {actual}{_hint(value, expected)}")
         return
     if "const" in schema and not _same(value, schema["const"]):

@@ -9,6 +9,14 @@ tool we cannot bound.
 Two facts about a tool are not tags. ``runs_code``: a shell can reach the network
 unless Baton cuts it off at run time, so it counts as unrestricted egress while
 no cut-off exists (decided per task in decide.py). Model keys: see MODEL_KEYS.
+
+The model channel is not a tool: an agent's ``model_endpoints`` are served by
+Baton's model gateway (``worker.runner.gateway``), which holds the key, lets
+only inference through and refuses every request that would make the provider
+fetch, search, execute or connect for the agent. So a model endpoint carries
+prompts and answers to the org's own account and nothing else, and counts as no
+leg. A provider's server-side tools are the exception an org may grant, as the
+tool ``model_server_tools``, tagged for what they are.
 """
 
 from __future__ import annotations
@@ -52,6 +60,42 @@ CATALOGUE: Mapping[str, ToolSpec] = MappingProxyType(
             _spec("github_api_write", {U, E}, "comment, open issues or PRs: publishes, and reads replies"),
             _spec("read_secrets", {P}, "read credentials or secret stores"),
             _spec("mcp", {P, U, E}, "a generic MCP server: capabilities unknown"),
+            _spec(
+                "model_server_tools",
+                {U, E},
+                "the model provider's own tools (web search and fetch, code execution, remote MCP), run "
+                "by the provider for the agent: requests leave, fetched pages are attacker text",
+            ),
+        )
+    }
+)
+
+
+@dataclass(frozen=True)
+class ModelProvider:
+    """A model provider the gateway serves: its name in the gateway's paths, the host a policy names
+    in ``model_endpoints``, and the env names its key is read from (preferred first)."""
+
+    name: str
+    host: str
+    key_envs: tuple[str, ...]
+
+
+#: Every model endpoint a policy may name, by host. An endpoint not here has no gateway route, so
+#: a policy that names one is invalid (load.py) rather than silently without a model.
+MODEL_PROVIDERS: Mapping[str, ModelProvider] = MappingProxyType(
+    {
+        p.host: p
+        for p in (
+            ModelProvider("anthropic", "api.anthropic.com", ("ANTHROPIC_API_KEY",)),
+            ModelProvider("openai", "api.openai.com", ("OPENAI_API_KEY",)),
+            ModelProvider(
+                "gemini", "generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+            ),
+            ModelProvider("mistral", "api.mistral.ai", ("MISTRAL_API_KEY",)),
+            ModelProvider("deepseek", "api.deepseek.com", ("DEEPSEEK_API_KEY",)),
+            ModelProvider("groq", "api.groq.com", ("GROQ_API_KEY",)),
+            ModelProvider("openrouter", "openrouter.ai", ("OPENROUTER_API_KEY",)),
         )
     }
 )
@@ -60,18 +104,10 @@ CATALOGUE: Mapping[str, ToolSpec] = MappingProxyType(
 #: A key counts as "the model key" (exempt from private_data) only when its
 #: endpoint is in the agent's model_endpoints; every other env name passed to an
 #: agent is private_data. Keying on the endpoint, not on list position, means an
-#: admin cannot exempt GITHUB_TOKEN by listing it first.
+#: admin cannot exempt GITHUB_TOKEN by listing it first. No model key's value
+#: ever enters the box: the gateway holds it and the agent gets a placeholder.
 MODEL_KEYS: Mapping[str, str] = MappingProxyType(
-    {
-        "ANTHROPIC_API_KEY": "api.anthropic.com",
-        "OPENAI_API_KEY": "api.openai.com",
-        "GEMINI_API_KEY": "generativelanguage.googleapis.com",
-        "GOOGLE_API_KEY": "generativelanguage.googleapis.com",
-        "MISTRAL_API_KEY": "api.mistral.ai",
-        "DEEPSEEK_API_KEY": "api.deepseek.com",
-        "GROQ_API_KEY": "api.groq.com",
-        "OPENROUTER_API_KEY": "openrouter.ai",
-    }
+    {name: p.host for p in MODEL_PROVIDERS.values() for name in p.key_envs}
 )
 
 

@@ -7,7 +7,9 @@ Checks run in this order, and every failure names file:line:col:
 2. The JSON Schema (schema.py) via _validate.py: unknown keys, types, enums,
    patterns, ranges. All findings are reported at once.
 3. What a schema cannot say: two gates with the same name; an agent ``env``
-   naming one of Baton's own settings or a GitHub token (``reserved_env``).
+   naming one of Baton's own settings or a GitHub token (``reserved_env``); a
+   ``model_endpoints`` host the model gateway does not serve, or an ``egress``
+   host that is a model provider's (model traffic has one door, the gateway).
 4. In ``org_policy`` only, what an org file must say and a repository file may
    leave out (a schema sees one document and cannot know whose it is): each
    agent's ``adapter`` and ``tools``, and ``command`` for the command adapter.
@@ -23,6 +25,7 @@ from typing import Any
 from bot.settings import KNOWN as BATON_SETTINGS
 from worker.policy import _yaml
 from worker.policy._validate import Path, show_path, validate
+from worker.policy.catalogue import MODEL_PROVIDERS
 from worker.policy.defaults import ALWAYS_PROTECTED, DEFAULT_POLICY
 from worker.policy.errors import INVALID, PolicyError, Problem
 from worker.policy.model import (
@@ -89,9 +92,29 @@ def reserved_env(name: str) -> bool:
     return name in BATON_SETTINGS or name.startswith("BATON_") or name in GITHUB_TOKENS
 
 
+def _model_hosts(doc: PolicyDoc, agent: str, entry: Mapping[str, Any]) -> list[Problem]:
+    """Model endpoints must be providers the gateway serves; egress may not name one (one door)."""
+    found = []
+    for index, host in enumerate(entry.get("model_endpoints", ())):
+        if host not in MODEL_PROVIDERS:
+            at: Path = ("agents", agent, "model_endpoints", index)
+            found.append(doc.problem(at, (
+                f"{show_path(at)}: {host} is not a model provider Baton's model gateway serves (it serves "
+                f"{', '.join(sorted(MODEL_PROVIDERS))}); for an LLM gateway of your own, keep the "
+                "provider's host here and point the provider at it with BATON_MODEL_UPSTREAMS")))  # fmt: skip
+    for index, host in enumerate(entry.get("egress", ())):
+        if host in MODEL_PROVIDERS:
+            at = ("agents", agent, "egress", index)
+            found.append(doc.problem(at, (
+                f"{show_path(at)}: {host} is a model provider, and model traffic goes through Baton's "
+                "model gateway, never the egress proxy: list it in model_endpoints")))  # fmt: skip
+    return found
+
+
 def _semantic(doc: PolicyDoc) -> list[Problem]:
     problems = []
     for agent, entry in doc.data.get("agents", {}).items():
+        problems += _model_hosts(doc, agent, entry)
         for index, name in enumerate(entry.get("env", ())):
             if reserved_env(name):
                 where: Path = ("agents", agent, "env", index)
@@ -188,6 +211,8 @@ def org_policy(doc: PolicyDoc | None) -> Policy:
 
 #: The per-repository limits; each one left out of the org file keeps the default.
 REPO_LIMITS = ("max_concurrent_runs", "max_diff_lines", "max_runs_per_day", "max_agent_minutes_per_day")
+#: The per-repository spend caps (US dollars); one left out of the org file keeps the default's (none).
+SPEND_LIMITS = ("max_model_spend_per_run", "max_model_spend_per_day")
 
 
 def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
@@ -195,6 +220,7 @@ def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
     the org leaves out there is no installation-wide cap (not a default one)."""
     # YAML may give 20.0 for 20 (the schema accepts it as a whole number): store ints.
     value = {key: int(data.get(key, getattr(base, key))) for key in REPO_LIMITS}
+    spend = {key: _dollars(data.get(key, getattr(base, key))) for key in SPEND_LIMITS}
     installation = data.get("installation")
     return Limits(
         max_concurrent_runs=value["max_concurrent_runs"],
@@ -202,7 +228,14 @@ def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
         max_runs_per_day=value["max_runs_per_day"],
         max_agent_minutes_per_day=value["max_agent_minutes_per_day"],
         installation=base.installation if installation is None else installation_from(installation),
+        max_model_spend_per_run=spend["max_model_spend_per_run"],
+        max_model_spend_per_day=spend["max_model_spend_per_day"],
     )
+
+
+def _dollars(value: object) -> float | None:
+    """A spend cap as the model holds it: a float (YAML gives 5 for five dollars), or None."""
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def installation_from(data: Mapping[str, Any]) -> InstallationLimits:
@@ -213,4 +246,5 @@ def installation_from(data: Mapping[str, Any]) -> InstallationLimits:
         max_concurrent_runs=cap("max_concurrent_runs"),
         max_runs_per_day=cap("max_runs_per_day"),
         max_agent_minutes_per_day=cap("max_agent_minutes_per_day"),
+        max_model_spend_per_day=_dollars(data.get("max_model_spend_per_day")),
     )

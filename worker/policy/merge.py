@@ -36,7 +36,7 @@ from typing import Any
 from worker.policy._validate import Path, show_path
 from worker.policy.catalogue import CATALOGUE
 from worker.policy.errors import WIDENING, PolicyError, Problem
-from worker.policy.load import REPO_LIMITS, PolicyDoc, gate_from
+from worker.policy.load import REPO_LIMITS, SPEND_LIMITS, PolicyDoc, gate_from
 from worker.policy.model import (
     Agent,
     Axis,
@@ -254,6 +254,19 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
             check.widen(("limits", key), f"{asked} is above the org's {base}; a repository may only lower it")
             asked = base
         values[key] = asked
+    spend: dict[str, float | None] = {}
+    for key in SPEND_LIMITS:
+        cap: float | None = getattr(ceiling, key)
+        wanted = d.get(key)
+        if wanted is None:
+            spend[key] = cap
+        elif cap is not None and float(wanted) > cap:
+            check.widen(
+                ("limits", key), f"{wanted} is above the org's {cap:g}; a repository may only lower it"
+            )
+            spend[key] = cap
+        else:
+            spend[key] = float(wanted)
     if "installation" in d:
         check.widen(
             ("limits", "installation"),
@@ -267,4 +280,6 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
         max_runs_per_day=values["max_runs_per_day"],
         max_agent_minutes_per_day=values["max_agent_minutes_per_day"],
         installation=ceiling.installation,
+        max_model_spend_per_run=spend["max_model_spend_per_run"],
+        max_model_spend_per_day=spend["max_model_spend_per_day"],
     )

@@ -116,8 +116,10 @@ class InstallationLimits:
     max_concurrent_runs: int | None = None
     max_runs_per_day: int | None = None
     max_agent_minutes_per_day: int | None = None
+    #: US dollars of model calls a UTC day, metered by the model gateway.
+    max_model_spend_per_day: float | None = None
 
-    def to_data(self) -> dict[str, int]:
+    def to_data(self) -> dict[str, float]:
         """Only the caps that are set, so the output is itself a valid ``installation:`` mapping."""
         values = ((f.name, getattr(self, f.name)) for f in fields(self))
         return {name: value for name, value in values if value is not None}
@@ -125,13 +127,26 @@ class InstallationLimits:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-repository limits (days are UTC days), plus the org's installation-wide totals."""
+    """Per-repository limits (days are UTC days), plus the org's installation-wide totals.
+
+    The model spend caps (US dollars, as the model gateway meters them) are ``None``,
+    no cap, unless a file sets them; ``to_data`` writes them only when set, so a policy
+    that never set one keeps the bytes, and the digest, it had before they existed.
+    """
 
     max_concurrent_runs: int = 2
     max_diff_lines: int = 2000
     max_runs_per_day: int = 50
     max_agent_minutes_per_day: int = 600
     installation: InstallationLimits = field(default_factory=InstallationLimits)
+    max_model_spend_per_run: float | None = None
+    max_model_spend_per_day: float | None = None
+
+    def spend_data(self) -> dict[str, float]:
+        """The spend caps that are set, in the file's vocabulary."""
+        caps = (("max_model_spend_per_run", self.max_model_spend_per_run),
+                ("max_model_spend_per_day", self.max_model_spend_per_day))  # fmt: skip
+        return {name: value for name, value in caps if value is not None}
 
 
 def _frozen_map(items: Mapping[str, object] | None) -> Mapping[str, object]:
@@ -188,6 +203,7 @@ class Policy:
                 "max_diff_lines": self.limits.max_diff_lines,
                 "max_runs_per_day": self.limits.max_runs_per_day,
                 "max_agent_minutes_per_day": self.limits.max_agent_minutes_per_day,
+                **self.limits.spend_data(),
                 "installation": self.limits.installation.to_data(),
             },
         }

@@ -49,6 +49,8 @@ def _set_of(item: dict[str, Any]) -> dict[str, Any]:
 _AXES = {"type": "string", "enum": [str(a) for a in Axis]}
 _RUNS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 1000000}
 _MINUTES_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 100000000}
+_SPEND = {"type": "number", "minimum": 0.01, "maximum": 1000000,
+          "description": "US dollars of model calls, as Baton's model gateway meters them"}  # fmt: skip
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -141,6 +143,8 @@ SCHEMA: dict[str, Any] = {
                 "max_diff_lines": {"type": "integer", "minimum": 1, "maximum": 1000000},
                 "max_runs_per_day": _RUNS_PER_DAY,
                 "max_agent_minutes_per_day": _MINUTES_PER_DAY,
+                "max_model_spend_per_run": _SPEND,
+                "max_model_spend_per_day": _SPEND,
                 "installation": {
                     "type": "object",
                     "additionalProperties": False,
@@ -152,6 +156,7 @@ SCHEMA: dict[str, Any] = {
                         "max_concurrent_runs": {"type": "integer", "minimum": 1, "maximum": 4096},
                         "max_runs_per_day": _RUNS_PER_DAY,
                         "max_agent_minutes_per_day": _MINUTES_PER_DAY,
+                        "max_model_spend_per_day": _SPEND,
                     },
                 },
             },

@@ -28,16 +28,13 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from bot.errors import BatonError
-from worker.policy import Agent
+from worker.policy import MODEL_KEYS, Agent
 from worker.runner import results
 from worker.runner.installed import SYSTEM_PATH, install_dirs, parse_version, run_version, script_agent_source
 from worker.runner.results import AgentResult, ResultFormat
 
 AGENT_MISSING = "runner.agent_missing"
 
-#: The key given when the policy passes none but Baton routes the model: Claude Code will not start
-#: without one [observed]. Not a secret; the endpoint Baton routes to decides what it is worth.
-PLACEHOLDER_KEY = "baton-placeholder-key"
 #: For CLIs that read the prompt on stdin but want a positional prompt too. Fixed text, never issue text.
 STDIN_POINTER = "Follow the task given on standard input."
 #: A model base URL: scheme, host, optional port and path; nothing a TOML or JSON string must escape.
@@ -80,8 +77,8 @@ class Context:
 
     agent: Agent
     granted: frozenset[str]
-    model_base_url: str | None  # validated, no trailing slash
-    key_env: str | None  # which passed env name is this CLI's model key, if any
+    model_base_url: str | None  # the model gateway's root as the box sees it, no trailing slash
+    key_env: str | None  # the env name that holds this CLI's model key (the run's placeholder), if any
 
 
 #: (extra argv, extra env) for what a flat template cannot say (a TOML or JSON config value).
@@ -110,10 +107,12 @@ class AdapterSpec:
     #: Last in argv, after the tool switches and the configure hook's argv.
     trailing: tuple[str, ...] = ()
     fixed_env: Mapping[str, str] = field(default_factory=dict)
-    #: (env name, suffix) set to the model base URL plus suffix when Baton routes the model.
+    #: (env name, path) set to the model gateway's root plus path (``/anthropic``: the provider's place
+    #: on the gateway) when the agent has a model.
     base_url_env: tuple[tuple[str, str], ...] = ()
     #: Env names this CLI reads a model key from, preferred first.
     key_envs: tuple[str, ...] = ()
+    #: Where the key goes when the policy names none of ``key_envs`` (the CLI will not start without one).
     placeholder_key_env: str | None = None
     #: Look the executable up here, not on the given PATH (the script agent wants the system python3).
     system_path: str | None = None
@@ -165,28 +164,36 @@ def build_invocation(
     workspace: str,
     search_path: str,
     prompt_text: str | None = None,
+    model_key: str | None = None,
 ) -> Invocation:
     """argv, env and stdin for one run.
 
     ``env_values``: values of the env names the policy passes; only names the agent
-    lists are used, and they never override Baton's own settings. ``prompt_path``
-    and ``workspace`` are paths as seen inside the box. ``prompt_text`` is required
-    by every adapter that reads the prompt on stdin (a ValueError says so).
+    lists are used, and they never override Baton's own settings. A model key's name
+    (``MODEL_KEYS``) never gets its value here, whatever ``env_values`` holds: with a
+    model (``model_base_url``, the gateway's root in the box) it gets ``model_key``,
+    the run's placeholder, and without one it is left out. ``prompt_path`` and
+    ``workspace`` are paths as seen inside the box. ``prompt_text`` is required by
+    every adapter that reads the prompt on stdin (a ValueError says so).
     """
     executable = locate(spec, agent, search_path)
     base = _base_url(model_base_url)
+    if (base is None) != (model_key is None):
+        raise ValueError("model_base_url and model_key go together: the gateway and its placeholder")
     passed = _passed_env(agent, env_values)
-    key_env = next((name for name in spec.key_envs if name in passed), None)
+    keys = [name for name in agent.env if name in MODEL_KEYS]
+    key_env = next((name for name in spec.key_envs if name in keys), spec.placeholder_key_env)
     granted = frozenset(granted_tools)
 
     values = {"{prompt_file}": prompt_path, "{max_turns}": str(max_turns(agent)), "{workspace}": workspace}
     template = spec.argv if spec.executable is not None else (agent.command or ())[1:]
     argv = [executable, *(_substitute(token, values) for token in template), *_tool_switches(spec, granted)]
     env = dict(passed)
-    if base is not None:
-        env.update({name: base + suffix for name, suffix in spec.base_url_env})
-        if key_env is None and spec.placeholder_key_env is not None:
-            env[spec.placeholder_key_env] = PLACEHOLDER_KEY
+    if base is not None and model_key is not None:
+        env.update({name: base + path for name, path in spec.base_url_env})
+        env.update(dict.fromkeys([*keys, *([key_env] if key_env else [])], model_key))
+    else:
+        key_env = None
     env.update(spec.fixed_env)
     if spec.configure is not None:
         extra_argv, extra_env = spec.configure(Context(agent, granted, base, key_env))
@@ -213,7 +220,7 @@ def _base_url(url: str | None) -> str | None:
 def _passed_env(agent: Agent, env_values: Mapping[str, str]) -> dict[str, str]:
     passed: dict[str, str] = {}
     for name in agent.env:
-        if name in env_values:
+        if name in env_values and name not in MODEL_KEYS:
             value = env_values[name]
             if not isinstance(value, str) or "\x00" in value:
                 raise ValueError(f"the value of {name} cannot go in an environment (not text, or has a NUL)")
@@ -262,11 +269,11 @@ _ANY_KEY = tuple(_PROVIDER_OF_KEY)
 
 
 def _codex_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
-    """Baton's model route as a Codex provider [observed: OPENAI_BASE_URL is not honoured, and
-    wire_api="chat" is rejected]; with no key passed, no env_key, so no Authorization [observed]."""
+    """The model gateway as a Codex provider [observed: OPENAI_BASE_URL is not honoured, and
+    wire_api="chat" is rejected]; env_key names the variable holding the placeholder, sent as Bearer."""
     if context.model_base_url is None:
         return (), {}
-    fields = ['name="baton"', f'base_url="{context.model_base_url}/v1"', 'wire_api="responses"']
+    fields = ['name="baton"', f'base_url="{context.model_base_url}/openai/v1"', 'wire_api="responses"']
     if context.key_env is not None:
         fields.append(f'env_key="{context.key_env}"')
     return ("-c", "model_provider=baton", "-c", "model_providers.baton={" + ",".join(fields) + "}"), {}
@@ -282,11 +289,14 @@ def _goose_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str
 _OPENCODE_PERMISSIONS = {"read_repo": ("read", "list"), "search_repo": ("glob", "grep"),
                          "edit_files": ("edit",), "run_shell": ("bash",), "web_fetch": ("webfetch",),
                          "web_search": ("websearch",)}  # fmt: skip
+#: Claude Code's WebSearch, Codex's web search and Gemini CLI's google_web_search are run by the
+#: provider (a server tool), not by the CLI: they follow ``model_server_tools``, which the model
+#: gateway also needs before it passes such a request on.
 _CLAUDE_TOOLS = {"read_repo": ("Read",), "search_repo": ("Glob", "Grep"),
                  "edit_files": ("Edit", "Write", "NotebookEdit"), "run_shell": ("Bash",),
-                 "web_fetch": ("WebFetch",), "web_search": ("WebSearch",)}  # fmt: skip
+                 "web_fetch": ("WebFetch",), "model_server_tools": ("WebSearch",)}  # fmt: skip
 _GEMINI_TOOLS = {"run_shell": ("run_shell_command",), "web_fetch": ("web_fetch",),
-                 "web_search": ("google_web_search",)}  # fmt: skip
+                 "model_server_tools": ("google_web_search",)}  # fmt: skip
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -302,8 +312,8 @@ def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, st
     config: dict[str, object] = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                                  "share": "disabled", "permission": permission}  # fmt: skip
     if context.model_base_url is not None:  # [inferred] provider.<id>.options.baseURL
-        url = context.model_base_url + "/v1"
-        config["provider"] = {p: {"options": {"baseURL": url}} for p in ("anthropic", "openai")}
+        config["provider"] = {p: {"options": {"baseURL": f"{context.model_base_url}/{p}/v1"}}
+                              for p in ("anthropic", "openai")}  # fmt: skip
     return (), {"OPENCODE_CONFIG_CONTENT": json.dumps(config, sort_keys=True)}
 
 
@@ -326,7 +336,7 @@ _SPECS = (
         allow_flag="--allowedTools",
         deny_flag="--disallowedTools",
         fixed_env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
-        base_url_env=(("ANTHROPIC_BASE_URL", ""),),
+        base_url_env=(("ANTHROPIC_BASE_URL", "/anthropic"),),
         key_envs=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         placeholder_key_env="ANTHROPIC_API_KEY",
     ),
@@ -334,7 +344,8 @@ _SPECS = (
         # [observed] `exec ... -` reads the prompt on stdin; the three --disable flags and
         # analytics.enabled=false leave only model traffic; runs outside a git repository. Codex's shell
         # (exec_command) is also how it edits files, so run_shell has no switch here: the box bounds it.
-        # web_search="disabled"|"live" is accepted [observed]; its effect was not seen with a custom provider.
+        # web_search="disabled"|"live" is accepted [observed]; "live" is the Responses API's server-side
+        # web_search tool, so it follows model_server_tools.
         name="codex",
         executable="codex",
         install_hint="npm install -g @openai/codex@0.171.0",
@@ -344,10 +355,11 @@ _SPECS = (
         ),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.CODEX_JSONL,
-        when_granted={"web_search": ("-c", 'web_search="live"')},
-        when_denied={"web_search": ("-c", 'web_search="disabled"')},
+        when_granted={"model_server_tools": ("-c", 'web_search="live"')},
+        when_denied={"model_server_tools": ("-c", 'web_search="disabled"')},
         trailing=("-",),
         key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
+        placeholder_key_env="OPENAI_API_KEY",
         configure=_codex_provider,
     ),
     AdapterSpec(
@@ -367,8 +379,9 @@ _SPECS = (
         when_denied={"edit_files": ("--approval-mode", "default")},
         trailing=("--prompt", STDIN_POINTER),
         fixed_env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_TELEMETRY_ENABLED": "false"},
-        base_url_env=(("GOOGLE_GEMINI_BASE_URL", ""),),
+        base_url_env=(("GOOGLE_GEMINI_BASE_URL", "/gemini"),),
         key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        placeholder_key_env="GEMINI_API_KEY",
     ),
     AdapterSpec(
         # [documented] --message-file runs one message and exits; --yes-always; --no-auto-commits.
@@ -386,7 +399,7 @@ _SPECS = (
         prompt_via=PromptVia.FILE,
         result_format=ResultFormat.TEXT,
         when_denied={"run_shell": ("--no-suggest-shell-commands",), "web_fetch": ("--no-detect-urls",)},
-        base_url_env=(("OPENAI_API_BASE", "/v1"), ("ANTHROPIC_API_BASE", "")),
+        base_url_env=(("OPENAI_API_BASE", "/openai/v1"), ("ANTHROPIC_API_BASE", "/anthropic")),
         key_envs=_ANY_KEY,
     ),
     AdapterSpec(
@@ -404,7 +417,7 @@ _SPECS = (
         result_format=ResultFormat.GOOSE_JSON,
         when_granted={"edit_files": ("--with-builtin", "developer")},
         fixed_env={"GOOSE_MODE": "auto", "GOOSE_DISABLE_KEYRING": "1", "GOOSE_TELEMETRY_ENABLED": "false"},
-        base_url_env=(("OPENAI_HOST", ""), ("ANTHROPIC_HOST", "")),
+        base_url_env=(("OPENAI_HOST", "/openai"), ("ANTHROPIC_HOST", "/anthropic")),
         key_envs=_ANY_KEY,
         configure=_goose_provider,
     ),
@@ -432,6 +445,7 @@ _SPECS = (
         result_format=ResultFormat.TEXT,
         version_argv=(),
         base_url_env=(("BATON_MODEL_BASE_URL", ""),),
+        placeholder_key_env="BATON_MODEL_KEY",
     ),
     AdapterSpec(
         # Baton's deterministic script agent (script_agent.py), its program on stdin to the system
@@ -444,6 +458,7 @@ _SPECS = (
         result_format=ResultFormat.SCRIPT,
         version_argv=("-I", "{script_agent}", "--version"),
         base_url_env=(("BATON_MODEL_BASE_URL", ""),),
+        placeholder_key_env="BATON_MODEL_KEY",
         system_path=SYSTEM_PATH,
         stdin_program=True,
     ),

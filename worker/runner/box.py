@@ -17,7 +17,8 @@ What the agent gets, every run:
   pip.conf (credentials), environment, every service's configuration;
 - exactly the spec's environment plus what the box sets;
 - with ``network="proxy"``: a socat forwarder on 127.0.0.1:3128 to Baton's
-  egress proxy, whose UNIX socket is bound in: the only way out;
+  egress proxy, whose UNIX socket is bound in: the only way out; and, with a
+  ``gateway_socket``, a second one on 127.0.0.1:3129 to the run's model gateway;
 - rlimits (file size, processes, no core dumps); a cgroup v2 memory limit
   where the machine delegates one.
 
@@ -38,7 +39,6 @@ import re
 import selectors
 import signal as signals
 import subprocess
-import threading
 import time
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.errors import BatonError
 from worker.runner.probe import (
@@ -73,6 +73,9 @@ AGENT_HOME = "/home/agent"
 PROXY_SOCKET = "/run/baton/proxy.sock"
 PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+GATEWAY_SOCKET = "/run/baton/model.sock"
+#: Where the box reaches the model gateway (worker.runner.gateway.IN_BOX_PORT says the same).
+GATEWAY_PORT = 3129
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 MiB = 1024 * 1024
 #: A cancelled box gets at most this long between SIGTERM and SIGKILL (its spec's grace_s if shorter).
@@ -93,8 +96,11 @@ _WRITABLE = (
 #: Set by the box; a spec's env may not name them (PATH and LANG it may override).
 RESERVED_ENV = frozenset({"HOME", "TMPDIR", "PWD", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy",
                           "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"})  # fmt: skip
+#: The box's loopback holds nothing but Baton's two forwarders: a CLI that honours NO_PROXY reaches
+#: the model gateway straight; one that does not goes through the proxy, which hands it over.
+_NO_PROXY = "127.0.0.1,localhost"
 _PROXY_ENV = {"HTTPS_PROXY": PROXY_URL, "HTTP_PROXY": PROXY_URL, "https_proxy": PROXY_URL,
-              "http_proxy": PROXY_URL, "NO_PROXY": "", "no_proxy": ""}  # fmt: skip
+              "http_proxy": PROXY_URL, "NO_PROXY": _NO_PROXY, "no_proxy": _NO_PROXY}  # fmt: skip
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Host /etc entries bound read-only when present; nothing else of the host's /etc is in the box.
 ETC_ALLOWED = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
@@ -114,16 +120,23 @@ _BOX_PATHS = ("/proc", "/dev", "/sys", WORKSPACE, AGENT_HOME, "/run/baton", "/et
 _GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125\n'
 #: On stderr before the agent runs (so the agent cannot forge it) when the forwarder never listened.
 _FORWARDER_FAILED = b"baton-box: the proxy forwarder did not start\n"
-_FORWARDER = """(exec {socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} \\
+_FORWARD = """(exec {socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} \\
 </dev/null >/dev/null 2>&1 &)
-ready() {{ while read -r _ l _ s _; do [ "$l $s" = "0100007F:{port:04X} 0A" ] && return 0; done \\
+"""
+_FORWARDER = """ready() {{ while read -r _ l _ s _; do [ "$l $s" = "0100007F:$1 0A" ] && return 0; done \\
 </proc/net/tcp; return 1; }}
 n=0
-until ready; do
+until {ready}; do
   n=$((n+1)); [ "$n" -gt 2000 ] && {{ printf '%s\\n' '{failed}' >&2; exit 125; }}
   sleep 0.002
 done
 """
+
+
+class Stop(Protocol):
+    """What ends a box early: a ``threading.Event``, or anything else that can say it is set."""
+
+    def is_set(self) -> bool: ...
 
 
 class BoxError(BatonError):
@@ -141,6 +154,8 @@ class BoxSpec:
     ro_binds: Sequence[str | Path] = ()
     network: Network = "none"
     proxy_socket: Path | None = None
+    #: The run's model gateway (``network="proxy"`` only): bound in, forwarded on 127.0.0.1:3129.
+    gateway_socket: Path | None = None
     timeout_s: float = 1800.0
     grace_s: float = 30.0
     max_output_bytes: int = MiB
@@ -160,6 +175,10 @@ class BoxSpec:
             raise ValueError(f"network must be none, proxy or host, not {self.network!r}")
         if (self.network == "proxy") != (self.proxy_socket is not None):
             raise ValueError('proxy_socket is required with network="proxy", and only then')
+        if self.gateway_socket is not None and self.network != "proxy":
+            raise ValueError(
+                'gateway_socket goes with network="proxy" (elsewhere the gateway listens on TCP)'
+            )
         if self.timeout_s <= 0 or self.grace_s < 0 or self.max_output_bytes < 0:
             raise ValueError("timeout_s must be > 0, grace_s and max_output_bytes >= 0")
         if any(
@@ -218,7 +237,7 @@ def _printable(ch: str) -> str:
     return "\ufffd" if kind[0] == "C" or kind in ("Zl", "Zp") else ch
 
 
-def run(spec: BoxSpec, *, stop: threading.Event | None = None) -> BoxResult:
+def run(spec: BoxSpec, *, stop: Stop | None = None) -> BoxResult:
     """Run ``spec.argv`` in a box and wait: at most ``timeout_s``, then SIGTERM, ``grace_s``, SIGKILL.
 
     ``stop`` (set from another thread, e.g. on ``/baton cancel``) ends the box the same way at
@@ -248,9 +267,11 @@ def _check_paths(spec: BoxSpec) -> None:
     for name, path in (("workspace", spec.workspace), ("home", spec.home)):
         if not path.is_absolute() or not path.is_dir() or path.resolve() == Path("/"):
             raise ValueError(f"{name} must be an existing directory given by absolute path, not {path}")
-    if spec.proxy_socket is not None and not spec.proxy_socket.is_socket():
-        raise ValueError(f"proxy_socket {spec.proxy_socket} is not a UNIX socket")
-    kept = [spec.workspace, spec.home, *([spec.proxy_socket] if spec.proxy_socket else [])]
+    sockets = [s for s in (spec.proxy_socket, spec.gateway_socket) if s is not None]
+    for sock in sockets:
+        if not sock.is_socket():
+            raise ValueError(f"{sock} is not a UNIX socket")
+    kept = [spec.workspace, spec.home, *sockets]
     with contextlib.suppress(RuntimeError, KeyError):
         kept += [Path.home()] if Path.home().resolve() != Path("/") else []
     for path in map(Path, spec.ro_binds):
@@ -356,7 +377,7 @@ class _Run:
             with contextlib.suppress(OSError):
                 self.cgroup.rmdir()
 
-    def wait(self, stop: threading.Event | None = None) -> BoxResult:
+    def wait(self, stop: Stop | None = None) -> BoxResult:
         proc, spec = self.proc, self.spec
         if proc.stdout is None or proc.stderr is None:  # pragma: no cover - both are pipes
             raise BoxError("box-setup-failed", "bwrap has no output pipes")
@@ -601,6 +622,8 @@ def _options(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> list[
     ]
     if spec.proxy_socket is not None:
         opts += ["--ro-bind", str(spec.proxy_socket.resolve()), PROXY_SOCKET]
+    if spec.gateway_socket is not None:
+        opts += ["--ro-bind", str(spec.gateway_socket.resolve()), GATEWAY_SOCKET]
     for path in spec.ro_binds:
         opts += ["--ro-bind", str(path), str(path)]
     return [*opts, "--chdir", WORKSPACE, "--remount-ro", "/"]
@@ -617,7 +640,12 @@ def _command(spec: BoxSpec, facts: Host) -> list[str]:
     script = _GATE
     if spec.network == "proxy":
         failed = _FORWARDER_FAILED.decode().strip()
-        script += _FORWARDER.format(socat=facts.socat, port=PROXY_PORT, sock=PROXY_SOCKET, failed=failed)
+        doors = [(PROXY_PORT, PROXY_SOCKET)] + [(GATEWAY_PORT, GATEWAY_SOCKET)] * (
+            spec.gateway_socket is not None
+        )
+        script += "".join(_FORWARD.format(socat=facts.socat, port=port, sock=sock) for port, sock in doors)
+        ready = " && ".join(f"ready {port:04X}" for port, _ in doors)
+        script += _FORWARDER.format(ready=ready, failed=failed)
     return ["/bin/sh", "-c", script + 'exec "$@"\n', "baton-box", *limits, *spec.argv]
 
 

@@ -30,6 +30,7 @@ from typing import Any, Self
 from worker.runner.proxy_log import NO_HOST, OTHER_HOSTS, EgressEntry, EgressLog
 from worker.runner.proxy_relay import IdleWatch, forward_body, pump, relay
 from worker.runner.proxy_rules import STATUS, UNREACHABLE, Head, Policy, Reason, Route, is_public, parse_head
+from worker.runner.unix_socket import OwnedSocket
 
 __all__ = ["NO_HOST", "OTHER_HOSTS", "EgressLog", "EgressProxy", "Reason"]
 
@@ -53,7 +54,11 @@ class EgressProxy:
     ``allow``: host names (case and a trailing dot do not matter); each may be reached on
     ports 80 and 443, by CONNECT or by an absolute-form ``http://`` request. ``routes``:
     host → (IP, port) used instead of DNS and the port rule; a routed host must also be
-    in ``allow``. One proxy serves one run; ``log`` is that run's egress log.
+    in ``allow``. ``model_hosts`` are refused whatever ``allow`` says (``model-host``);
+    ``gateway`` is the model gateway's address in the box and its socket outside: a
+    request for that address is handed to the gateway (a CLI that ignores ``NO_PROXY``
+    sends its model calls here), which journals it, so the egress log does not. One
+    proxy serves one run; ``log`` is that run's egress log.
     """
 
     def __init__(
@@ -62,6 +67,8 @@ class EgressProxy:
         allow: Iterable[str],
         routes: Mapping[str, tuple[str, int]] | None = None,
         *,
+        model_hosts: Iterable[str] = (),
+        gateway: tuple[tuple[str, int], Path] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
         head_timeout: float = HEAD_TIMEOUT,
@@ -69,7 +76,7 @@ class EgressProxy:
     ) -> None:
         if min(connect_timeout, idle_timeout, head_timeout) <= 0 or max_connections < 1:
             raise ValueError("timeouts must be positive and max_connections at least 1")
-        self._policy = Policy.build(allow, routes)
+        self._policy = Policy.build(allow, routes, model_hosts=model_hosts, gateway=gateway)
         self._path = Path(socket_path)
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
@@ -83,7 +90,7 @@ class EgressProxy:
         self._startup_error: BaseException | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self._stopping = False
-        self._inode: tuple[int, int] | None = None
+        self._owned = OwnedSocket(self._path)
 
     @property
     def socket_path(self) -> Path:
@@ -106,13 +113,13 @@ class EgressProxy:
         """Bind the socket (errors such as an existing path raise here, in the caller) and serve."""
         if self._thread is not None:
             raise RuntimeError("an EgressProxy serves one run: make a new one")
-        sock = self._bind()
+        sock = self._owned.bind()
         self._thread = threading.Thread(target=self._run, args=(sock,), name="baton-proxy", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._startup_error is not None:
             self._thread.join()
-            self._unlink()
+            self._owned.unlink()
             raise RuntimeError("the egress proxy did not start") from self._startup_error
         return self
 
@@ -127,7 +134,7 @@ class EgressProxy:
         thread.join(timeout)
         if thread.is_alive():
             log.error("the egress proxy thread did not stop within %.1f s", timeout)
-        self._unlink()
+        self._owned.unlink()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -138,34 +145,6 @@ class EgressProxy:
         self.stop()
 
     # -- the thread ------------------------------------------------------------------------------
-
-    def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(str(self._path))
-            try:  # nobody can connect before listen(), so tightening the mode here is race-free
-                os.chmod(self._path, 0o600)
-                st = os.stat(self._path)
-                self._inode = (st.st_dev, st.st_ino)
-                sock.listen(128)
-            except BaseException:
-                self._path.unlink(missing_ok=True)
-                raise
-        except BaseException:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        return sock
-
-    def _unlink(self) -> None:
-        """Remove the socket file only if it is still the one this proxy bound."""
-        if self._inode is None:
-            return
-        with contextlib.suppress(OSError):
-            st = os.lstat(self._path)
-            if (st.st_dev, st.st_ino) == self._inode:
-                self._path.unlink()
-        self._inode = None
 
     def _run(self, sock: socket.socket) -> None:
         loop = asyncio.new_event_loop()
@@ -256,7 +235,9 @@ class EgressProxy:
             return
         origin_reader, origin_writer = opened
         try:
-            entry = self._log.record(head.host, head.port, allowed=True)
+            # The gateway journals each model call itself; its hand-offs are plumbing, not egress.
+            entry = EgressEntry() if route.unix is not None else self._log.record(head.host, head.port,
+                                                                                 allowed=True)  # fmt: skip
             log.debug(
                 "egress proxy: %s %s:%d", "CONNECT" if head.connect else head.method, head.host, head.port
             )
@@ -285,6 +266,13 @@ class EgressProxy:
         """Resolve (here: the box has no DNS) and connect, within one connect timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._connect_timeout
+        if route.unix is not None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.open_unix_connection(str(route.unix), limit=_BUFFER)
+            except (OSError, TimeoutError) as exc:
+                log.warning("egress proxy: the model gateway's socket did not answer: %r", exc)
+                return Reason.CONNECT_FAILED
         if route.address is not None:
             addresses = [route.address]
         else:

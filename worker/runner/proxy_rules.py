@@ -17,6 +17,9 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+from worker.runner import http1
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD_BYTES = 16 * 1024
@@ -43,6 +46,8 @@ class Reason(enum.StrEnum):
     NOT_ALLOWED = "host-not-allowed"
     PORT_NOT_ALLOWED = "port-not-allowed"
     NON_PUBLIC_ADDRESS = "non-public-address"
+    #: A model provider's host: model traffic goes through Baton's model gateway, never the proxy.
+    MODEL_HOST = "model-host"
     # 502 / 504: allowed, but the origin could not be reached.
     DNS_FAILED = "dns-failed"
     CONNECT_FAILED = "connect-failed"
@@ -65,6 +70,7 @@ STATUS: dict[Reason, tuple[int, str]] = {
     Reason.NOT_ALLOWED: _FORBIDDEN,
     Reason.PORT_NOT_ALLOWED: _FORBIDDEN,
     Reason.NON_PUBLIC_ADDRESS: _FORBIDDEN,
+    Reason.MODEL_HOST: _FORBIDDEN,
     Reason.DNS_FAILED: (502, "Bad Gateway"),
     Reason.CONNECT_FAILED: (502, "Bad Gateway"),
     Reason.CONNECT_TIMEOUT: (504, "Gateway Timeout"),
@@ -76,14 +82,6 @@ UNREACHABLE = frozenset({Reason.DNS_FAILED, Reason.CONNECT_FAILED, Reason.CONNEC
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # A last label that starts with a digit is how libc spells an address (``0x7f``, ``1``).
 _TOP_LABEL = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_TARGET = re.compile(r"[\x21-\x7e]+")
-_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
-# Headers that describe one hop, not the request; the proxy sets its own ``Host`` and ``Connection``.
-_HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
-     "te", "trailer", "upgrade", "host"}
-)  # fmt: skip
 
 
 def normalise_host(host: str) -> str:
@@ -155,18 +153,13 @@ def parse_head(data: bytes) -> Head | Reason:
     if len(data) > MAX_HEAD_BYTES:
         return Reason.HEAD_TOO_LARGE
     lines = data.decode("latin-1")[:-4].split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+    line = http1.request_line(lines[0])
+    if line is None:
         return Reason.BAD_REQUEST_LINE
-    method, target, version = parts
-    if not _TARGET.fullmatch(target):
-        return Reason.BAD_REQUEST_LINE
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
-            return Reason.BAD_HEADER
-        headers.append((name, value.strip(" \t")))
+    method, target, version = line
+    headers = http1.fields(lines[1:])
+    if headers is None:
+        return Reason.BAD_HEADER
     if method == "CONNECT":
         authority = _authority(target, default_port=None)
         if isinstance(authority, Reason):
@@ -175,7 +168,7 @@ def parse_head(data: bytes) -> Head | Reason:
     if target.startswith("/") or target == "*":
         return Reason.NOT_ABSOLUTE_FORM
     scheme, sep, rest = target.partition("://")
-    if not sep or not _TOKEN.fullmatch(scheme):
+    if not sep or not http1.TOKEN.fullmatch(scheme):
         return Reason.BAD_TARGET
     if scheme.lower() != "http":
         return Reason.UNSUPPORTED_SCHEME
@@ -185,10 +178,10 @@ def parse_head(data: bytes) -> Head | Reason:
         return authority
     path = rest[cut:].partition("#")[0]
     path = path if path.startswith("/") else "/" + path
-    framing = _framing(headers)
-    if isinstance(framing, Reason):
-        return framing
-    kept = _end_to_end(headers)
+    framing = http1.framing(headers)
+    if framing is None:
+        return Reason.BAD_BODY_FRAMING
+    kept = http1.end_to_end(headers)
     return Head(connect=False, host=authority[0], port=authority[1], method=method, path=path,
                 version=version, headers=kept, content_length=framing[0], chunked=framing[1])  # fmt: skip
 
@@ -221,47 +214,38 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int] | Reason:
     return normalise_host(host), port
 
 
-def _framing(headers: list[tuple[str, str]]) -> tuple[int, bool] | Reason:
-    """How the request body is delimited; anything ambiguous is refused (request smuggling)."""
-    lengths = {v.strip() for n, value in headers if n.lower() == "content-length" for v in value.split(",")}
-    codings = [value.strip().lower() for n, value in headers if n.lower() == "transfer-encoding"]
-    if codings:
-        if lengths or codings != ["chunked"]:
-            return Reason.BAD_BODY_FRAMING
-        return 0, True
-    if not lengths:
-        return 0, False
-    if len(lengths) != 1:
-        return Reason.BAD_BODY_FRAMING
-    (length,) = lengths
-    if not (length.isascii() and length.isdigit() and len(length) <= 18):
-        return Reason.BAD_BODY_FRAMING
-    return int(length), False
-
-
-def _end_to_end(headers: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
-    return tuple((n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP and n.lower() not in listed)
-
-
 @dataclass(frozen=True)
 class Route:
-    """Where an allowed request goes: a fixed address (a route), or the name resolved by the proxy."""
+    """Where an allowed request goes: a fixed address (a route), the name resolved by the proxy, or
+    (``unix``) the model gateway's socket, for a client that sends its gateway requests through the
+    proxy rather than straight to the gateway's address in the box."""
 
     host: str
     port: int
     address: tuple[str, int] | None
+    unix: Path | None = None
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The hosts one run may reach, and the few whose address is fixed instead of looked up."""
+    """The hosts one run may reach, the few whose address is fixed instead of looked up, the model
+    hosts no run reaches through the proxy, and where the model gateway is."""
 
     allow: frozenset[str]
     routes: Mapping[str, tuple[str, int]]
+    model_hosts: frozenset[str] = frozenset()
+    #: The gateway's address as the box sees it (``127.0.0.1:3129``), and its socket outside.
+    gateway: tuple[tuple[str, int], Path] | None = None
 
     @classmethod
-    def build(cls, allow: Iterable[str], routes: Mapping[str, tuple[str, int]] | None = None) -> Policy:
+    def build(
+        cls,
+        allow: Iterable[str],
+        routes: Mapping[str, tuple[str, int]] | None = None,
+        *,
+        model_hosts: Iterable[str] = (),
+        gateway: tuple[tuple[str, int], Path] | None = None,
+    ) -> Policy:
         """Validate the configuration once; a bad entry is a programming error (``ValueError``)."""
         hosts = set()
         for raw in allow:
@@ -281,15 +265,23 @@ class Policy:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
                 raise ValueError(f"routes: {raw!r} -> port {port!r} is not a TCP port")
             fixed[host] = (ip, port)
-        return cls(allow=frozenset(hosts), routes=fixed)
+        models = frozenset(normalise_host(h) for h in model_hosts)
+        return cls(allow=frozenset(hosts), routes=fixed, model_hosts=models, gateway=gateway)
 
     def decide(self, host: str, port: int) -> Route | Reason:
-        """Name first, then the allow-list, then the port; a route replaces DNS and the port rule.
+        """The gateway first, then the name, model hosts, the allow-list, then the port; a route
+        replaces DNS and the port rule.
 
         A route never grants access on its own: a routed host missing from ``allow`` is refused.
+        A model host is refused even when an agent's ``egress`` lists it: the model channel has one
+        door, the gateway, which holds the key and lets only inference through.
         """
+        if self.gateway is not None and (host, port) == self.gateway[0]:
+            return Route(host, port, None, unix=self.gateway[1])
         if not is_dns_name(host):
             return Reason.NOT_A_DNS_NAME
+        if host in self.model_hosts:
+            return Reason.MODEL_HOST
         if host not in self.allow:
             return Reason.NOT_ALLOWED
         if host in self.routes:

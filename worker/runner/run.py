@@ -4,16 +4,20 @@
 mirror. The order is the promise: the gate decides before any process exists,
 with the probe's answer about the network cut-off as a fact; the agent sees
 only a plain copy of the base commit (no `.git`, no credentials) in a box that
-matches the decision; everything it leaves behind is inspected as hostile
-input before anything is committed, on a new branch, never the checked-out one.
+matches the decision; its model calls go through the run's model gateway, which
+holds the key the box never sees; everything it leaves behind is inspected as
+hostile input before anything is committed, on a new branch, never the
+checked-out one.
 
 The run record says what happened and what was in force: the decision's digest,
-the box report, the egress log, the adapter and its version, exit status,
-durations, the diff stat, each violation, and the agent's own result fields.
+the box report, the egress log (model calls included), the model journal and its
+totals, the adapter and its version, exit status, durations, the diff stat, each
+violation, and the agent's own result fields.
 
 A ``stop`` event (set by whoever saw ``/baton cancel``) ends the run: before the
 box starts nothing is started, while the agent runs the box is stopped; either
-way nothing is inspected or committed.
+way nothing is inspected or committed. The gateway stops the box the same way
+when a call is refused for the spend cap; the run then ends ``over-budget``.
 """
 
 from __future__ import annotations
@@ -32,12 +36,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker.policy import ALWAYS_PROTECTED, Decision, Policy, TaskFacts, decide
-from worker.runner import adapters, box, inspect, inspect_git, prompt, proxy
+from worker.policy import ALWAYS_PROTECTED, MODEL_PROVIDERS, Agent, Decision, Policy, TaskFacts, decide
+from worker.runner import adapters, box, gateway, inspect, inspect_git, prompt, proxy
 
 #: What `baton run` exits with, and what the worker records, per outcome.
 EXIT = {"done": 0, "no-changes": 0, "denied": 3, "violations": 4, "failed": 5, "timed-out": 5,
-        "agent-missing": 5, "cancelled": 6}  # fmt: skip
+        "agent-missing": 5, "over-budget": 5, "cancelled": 6}  # fmt: skip
+#: Why a run whose model requests the gateway refused commits nothing.
+ASKED_FORBIDDEN = (
+    "the agent asked its model API for what the policy forbids (the model gateway refused it); "
+    "nothing was committed"
+)
 #: Inside the box: where the prompt file sits (the private HOME).
 PROMPT_IN_BOX = "/home/agent/.baton/prompt.md"
 COMMIT_AUTHOR = ("Baton", "baton@users.noreply.github.com")
@@ -79,14 +88,22 @@ class RunRequest:
     repo_private: bool
     offline: bool = False
     run_id: str = field(default_factory=lambda: secrets.token_hex(6))
-    #: Values of the env names the policy passes to this agent (the operator's environment).
-    env_values: Mapping[str, str] = field(default_factory=dict)
+    #: Values of the env names the policy passes to this agent (the operator's environment). A model
+    #: key among them never reaches the box (see ``model_keys``).
+    env_values: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: The model keys the worker holds (``ANTHROPIC_API_KEY``…), for the gateway: never the box's.
+    model_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: Where agent CLIs are looked up on the host (their install dirs are bound read-only).
     search_path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))
-    #: Model host -> (ip, port): a local stand-in instead of DNS (tests, the demo, trying a policy).
-    model_routes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
-    #: The model base URL given to the CLI instead of its vendor's (e.g. http://api.anthropic.com).
-    model_base_url: str | None = None
+    #: Egress host -> (ip, port) used instead of DNS (tests and drills: a listener on loopback).
+    egress_routes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: Provider -> API root instead of the vendor's (an operator's own LLM gateway; the stand-in).
+    model_upstreams: Mapping[str, str] = field(default_factory=dict)
+    #: What model calls cost (``BATON_MODEL_PRICES``).
+    prices: gateway.PriceTable = gateway.BUILTIN
+    #: The day budgets a run's model spend also counts in (the worker's, in Redis); None: the run's own
+    #: cap only (``baton run``).
+    ledger: gateway.Ledger | None = None
     #: None: one commit on ``baton/run-<id>`` by COMMIT_AUTHOR with the base as its only parent.
     commit: CommitSpec | None = None
     #: At most this long, whatever the agent's own timeout (the agent minutes left in today's budget).
@@ -117,11 +134,13 @@ class RunRecord:
     changes: list[dict[str, Any]] = field(default_factory=list)
     violations: list[dict[str, Any]] = field(default_factory=list)
     agent_result: dict[str, Any] | None = None
+    #: The model gateway's account: totals per model, the journal and its digest, violations.
+    model: dict[str, Any] | None = None
     output_tail: str = ""
     branch: str | None = None
     commit: str | None = None
     reason: str = ""
-    #: What the agent CLI itself said the run cost (Claude Code does; Codex reports only tokens).
+    #: What the run's model calls cost, as the gateway metered them (None: the agent had no model).
     cost_usd: float | None = None
     #: When the run began (ISO 8601, UTC, wall clock), for budget accounting.
     started_at: str = ""
@@ -177,8 +196,19 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
         request.on_start(record)
     with tempfile.TemporaryDirectory(prefix=f"baton-run-{request.run_id}-") as tmp:
         scratch = Path(tmp)
-        result = _run_boxed(request, decision=decision, network_cutoff=found.network_cutoff,
-                            executable=executable, scratch=scratch, record=record, stop=stop)  # fmt: skip
+        result, over_budget = _run_boxed(request, decision=decision, network_cutoff=found.network_cutoff,
+                                         executable=executable, scratch=scratch, record=record,
+                                         stop=stop)  # fmt: skip
+        # What the agent asked its model API for comes first: an injected agent is the finding,
+        # however its run ended.
+        record.violations = list((record.model or {}).get("violations") or [])
+        if record.violations and (over_budget is not None or result.cancelled or result.timed_out):
+            record.outcome, record.reason = "violations", ASKED_FORBIDDEN
+            return _done(record, started)
+        if over_budget is not None:
+            record.outcome = "over-budget"
+            record.reason = f"the model gateway refused a call: {over_budget}; nothing was committed"
+            return _done(record, started)
         if result.cancelled:
             record.outcome, record.reason = "cancelled", _cancelled(result)
             return _done(record, started)
@@ -203,6 +233,16 @@ def _timeout(request: RunRequest) -> tuple[float, str]:
     return own, "timeout"
 
 
+class _Either:
+    """Set when either event is: the box watches one ``stop`` (a cancel, or the spend cap)."""
+
+    def __init__(self, first: threading.Event | None, second: threading.Event) -> None:
+        self.first, self.second = first, second
+
+    def is_set(self) -> bool:
+        return self.second.is_set() or (self.first is not None and self.first.is_set())
+
+
 def _run_boxed(
     request: RunRequest,
     *,
@@ -212,8 +252,9 @@ def _run_boxed(
     scratch: Path,
     record: RunRecord,
     stop: threading.Event | None,
-) -> box.BoxResult:
-    """Fill a fresh workspace from the base commit, write the prompt, run the agent in its box."""
+) -> tuple[box.BoxResult, str | None]:
+    """Fill a fresh workspace from the base commit, write the prompt, run the agent in its box with
+    its model gateway. Returns the box's result and, if the spend cap stopped it, why."""
     agent = request.policy.agents[request.agent]
     spec = adapters.SPECS[agent.adapter]
     tools, egress, env_names = granted(request.policy, decision)
@@ -223,30 +264,66 @@ def _run_boxed(
     text = prompt.render(title=request.issue.title, body=request.issue.body, comments=request.issue.comments)
     (home / ".baton" / "prompt.md").write_text(text)
     record.prompt_version = prompt.PROMPT_VERSION
-    invocation = adapters.build_invocation(
-        spec, agent, granted_tools=tools, model_base_url=request.model_base_url,
-        env_values={k: v for k, v in request.env_values.items() if k in env_names},
-        prompt_path=PROMPT_IN_BOX, workspace=box.WORKSPACE, search_path=request.search_path, prompt_text=text,
-    )  # fmt: skip
-    allow = sorted({*agent.model_endpoints, *egress})
-    socket_path = scratch / "proxy.sock"
-    with proxy.EgressProxy(socket_path, allow=allow, routes=dict(request.model_routes)) as egress_proxy:
-        result = box.run(box.BoxSpec(
-            argv=invocation.argv, workspace=workspace, home=home, env=invocation.env, stdin=invocation.stdin,
-            ro_binds=adapters.install_dirs(executable, search_path=request.search_path),
-            # Without a cut-off the gate already counted the shell as unrestricted egress.
-            network="proxy" if network_cutoff else "host",
-            proxy_socket=socket_path if network_cutoff else None,
-            timeout_s=_timeout(request)[0],
-        ), stop=stop)  # fmt: skip
-        record.egress = egress_proxy.log.to_data()
+    capped = threading.Event()
+    config = _gateway_config(request, agent, tools, on_over_budget=lambda _: capped.set())
+    gateway_socket, proxy_socket = scratch / "model.sock", scratch / "proxy.sock"
+    with gateway.ModelGateway(gateway_socket, config, tcp=not network_cutoff) as model_gateway:
+        has_model = bool(config.upstreams)
+        in_box = gateway.IN_BOX_URL if network_cutoff else f"http://127.0.0.1:{model_gateway.tcp_port}"
+        invocation = adapters.build_invocation(
+            spec,
+            agent,
+            granted_tools=tools,
+            model_base_url=in_box if has_model else None,
+            model_key=config.placeholder if has_model else None,
+            env_values={k: v for k, v in request.env_values.items() if k in env_names},
+            prompt_path=PROMPT_IN_BOX,
+            workspace=box.WORKSPACE,
+            search_path=request.search_path,
+            prompt_text=text,
+        )
+        to_gateway = ((("127.0.0.1", gateway.IN_BOX_PORT), gateway_socket)) if has_model else None
+        with proxy.EgressProxy(proxy_socket, allow=egress, routes=dict(request.egress_routes),
+                               model_hosts=MODEL_PROVIDERS, gateway=to_gateway) as egress_proxy:  # fmt: skip
+            result = box.run(
+                box.BoxSpec(
+                    argv=invocation.argv,
+                    workspace=workspace,
+                    home=home,
+                    env=invocation.env,
+                    stdin=invocation.stdin,
+                    ro_binds=adapters.install_dirs(executable, search_path=request.search_path),
+                    # Without a cut-off the gate already counted the shell as unrestricted egress.
+                    network="proxy" if network_cutoff else "host",
+                    proxy_socket=proxy_socket if network_cutoff else None,
+                    gateway_socket=gateway_socket if network_cutoff and has_model else None,
+                    timeout_s=_timeout(request)[0],
+                ),
+                stop=_Either(stop, capped),
+            )
+    # Read once both have stopped: a call cut off as the box ended is journaled by then.
+    record.egress = sorted([*egress_proxy.log.to_data(), *model_gateway.journal.egress()],
+                           key=lambda e: (e["host"], e["port"], e["allowed"]))  # fmt: skip
+    record.model = model_gateway.record() if has_model else None
+    record.cost_usd = record.model["totals"]["cost_usd"] if record.model else None
     record.box = result.report.to_data()
     record.exit_code, record.signal, record.timed_out = result.exit_code, result.signal, result.timed_out
     record.durations["agent_s"] = round(result.duration_s, 3)
     record.output_tail = result.excerpt()
     said = spec.parse_result(result.stdout, result.exit_code)
-    record.agent_result, record.cost_usd = said.to_data(), said.cost_usd
-    return result
+    record.agent_result = said.to_data()
+    return result, model_gateway.over_budget
+
+
+def _gateway_config(
+    request: RunRequest, agent: Agent, tools: Sequence[str], *, on_over_budget: Callable[[str], None]
+) -> gateway.Config:
+    """The run's gateway: the agent's providers with the worker's keys, its grant, its spend caps."""
+    upstreams = gateway.upstreams_for(agent, environ=request.model_keys, base_urls=request.model_upstreams)
+    cap = gateway.SpendCap(request.policy.limits.max_model_spend_per_run, request.ledger)
+    return gateway.Config(
+        gateway.placeholder(), upstreams, "model_server_tools" in tools, request.prices, cap, on_over_budget
+    )
 
 
 def _judge(
@@ -255,9 +332,12 @@ def _judge(
     """The verdict comes from the diff; the agent's exit code and own report only ever take away."""
     record.diff = seen.stat_data()
     record.changes = [c.to_data() for c in seen.changes]
-    record.violations = [v.to_data() for v in seen.violations]
+    asked = bool(record.violations)  # the model gateway's, found first
+    record.violations = [*record.violations, *(v.to_data() for v in seen.violations)]
     said_error = bool((record.agent_result or {}).get("is_error"))
-    if seen.violations:
+    if asked:
+        record.outcome, record.reason = "violations", ASKED_FORBIDDEN
+    elif seen.violations:
         record.outcome, record.reason = "violations", "the changes break the policy; nothing was committed"
     elif result.exit_code != 0 or said_error:
         record.outcome, record.reason = "failed", "the agent reported failure; nothing was committed"

@@ -41,8 +41,13 @@ read       path: copy the file's bytes to stdout
 spawn      argv (list); wait (default true); detach (new session, not waited
            for: the child outlives this agent, as a double fork does); check
            (a non-zero exit of a waited-for child fails the step)
-http       url; data (text, makes it a POST); timeout (1 to 60 s). Prints
-           "http STATUS" or "http error: REASON"; never fails the step.
+http       url; data (text, makes it a POST) or data_file (a file's bytes); method;
+           headers (an object);
+           timeout (1 to 60 s); via_proxy (true: through HTTP_PROXY even where
+           NO_PROXY says not, as some CLIs do). ``${NAME}`` in url, data and
+           header values is that environment variable (the model gateway's URL
+           and key, say). Prints "http STATUS" (and, with "show": true, the
+           answer's first 2,000 bytes) or "http error: REASON"; never fails.
 =========  =====================================================================
 
 On stdout, after everything the steps printed, the last line is the result:
@@ -66,7 +71,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-VERSION = "1.0"
+VERSION = "1.1"
 MAX_RECIPE_BYTES = 1 << 20
 MAX_STEPS = 10_000
 MAX_SLEEP_S = 3600
@@ -210,16 +215,43 @@ def _spawn(step: dict[str, Any]) -> None:
         raise StepError(f"{argv[0]} exited {code}")
 
 
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(text: str) -> str:
+    return _VARIABLE.sub(lambda m: os.environ.get(m.group(1), ""), text)
+
+
 def _http(step: dict[str, Any]) -> None:
-    url = _text(step, "url")
+    url = _expand(_text(step, "url"))
     data = step.get("data")
-    body = data.encode("utf-8") if isinstance(data, str) else None
+    body = _expand(data).encode("utf-8") if isinstance(data, str) else None
+    if isinstance(step.get("data_file"), str):
+        with open(step["data_file"], "rb") as fh:
+            body = fh.read(MAX_RECIPE_BYTES)
+    method = step.get("method")
+    headers = step.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise StepError("headers must be an object of strings")
     timeout = _int(step, "timeout", 10, 1, 60)
+    # The recipe's URL, whatever it is: this agent runs in the box, which decides what it reaches.
+    request = urllib.request.Request(url, data=body, method=method if isinstance(method, str) else None,  # noqa: S310
+                                     headers={str(k): _expand(v) for k, v in headers.items()})  # fmt: skip
+    handlers = []
+    if step.get("via_proxy") is True and os.environ.get("HTTP_PROXY"):
+        handlers.append(urllib.request.ProxyHandler({"http": os.environ["HTTP_PROXY"]}))
+        for name in ("NO_PROXY", "no_proxy"):  # urllib consults it even for an explicit proxy
+            os.environ.pop(name, None)
+    show = step.get("show") is True
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=timeout) as answer:  # noqa: S310
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout) as answer:
             print(f"http {answer.status}", flush=True)
+            if show:
+                print(answer.read(2000).decode("utf-8", "replace"), flush=True)
     except urllib.error.HTTPError as exc:
         print(f"http {exc.code}", flush=True)
+        if show:
+            print(exc.read(2000).decode("utf-8", "replace"), flush=True)
     except (OSError, ValueError) as exc:
         print(f"http error: {type(exc).__name__}: {exc}", flush=True)
 

@@ -61,6 +61,7 @@ def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
             repo_limits.max_runs_per_day if repo_limits else None,
             repo_limits.max_agent_minutes_per_day if repo_limits else None,
             repo_limits.max_concurrent_runs if repo_limits else None,
+            repo_limits.max_model_spend_per_day if repo_limits else None,
         ),
         budget.Scope(
             f"installation:{task.installation_id}",
@@ -68,6 +69,7 @@ def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
             org.max_runs_per_day if org else None,
             org.max_agent_minutes_per_day if org else None,
             org.max_concurrent_runs if org else None,
+            org.max_model_spend_per_day if org else None,
         ),
     ]
 
@@ -94,6 +96,12 @@ def seconds_left(ctx: Context, task: Task, policy: Policy) -> float | None:
     return budget.judge(found, now).seconds_left
 
 
+def spend_ledger(ctx: Context, task: Task, policy: Policy) -> budget.SpendLedger:
+    """The run's model gateway counts its dollars here, live, in the repository's and the
+    installation's day budgets (the caps from ``policy``)."""
+    return budget.SpendLedger(ctx.redis, scopes(task, policy))
+
+
 def renew(ctx: Context, task: Task) -> bool:
     """Keep the run's lock and concurrency slots for another RUN_LOCK_S; False if the lock is not ours."""
     return budget.renew(
@@ -112,9 +120,9 @@ def release(
     *,
     started: str | None,
     agent_seconds: float = 0.0,
-    cost_usd: float | None = None,
 ) -> None:
-    """The run is over: its minutes and cost counted on the day it started, lock and slots freed."""
+    """The run is over: its minutes counted on the day it started, lock and slots freed (its model
+    dollars were counted as its calls ended)."""
     day = started[:10] if started else budget.day(datetime.now(UTC))
     budget.release(
         ctx.redis,
@@ -122,7 +130,6 @@ def release(
         task_id=task.id,
         day=day,
         agent_seconds=agent_seconds,
-        cost_usd=cost_usd,
         lock_key=lock_key(task),
     )
 

@@ -2,7 +2,7 @@
 
 Three things can stop a run: the issue already has one (its run lock is held),
 a scope has as many runs in progress as it allows, or a scope has spent its
-runs or agent minutes for the UTC day. A scope is one repository or one whole
+runs, agent minutes or model dollars for the UTC day. A scope is one repository or one whole
 installation; a run counts against every scope it is given, so one repository
 cannot use up the installation's shared budget unnoticed.
 
@@ -11,7 +11,7 @@ reservation in one optimistic Redis transaction (WATCH / MULTI, retried on a
 conflict), so two workers racing for the last slot cannot both win.
 
 Keys: ``baton:budget:<scope key>:<YYYY-MM-DD>`` is a hash of the day's ``runs``,
-``agent_seconds`` and ``cost_usd`` plus a ``task:<id>`` marker per counted task
+``agent_seconds`` and ``model_usd`` plus a ``task:<id>`` marker per counted task
 (so a retried reservation counts once); it expires after three days.
 ``baton:active:<scope key>`` is a sorted set of task ids scored by when their
 lease runs out: only entries still in their lease count as in progress, so a
@@ -19,7 +19,9 @@ dead worker's run stops counting once its lease lapses, with no sweeper.
 
 Agent time is recorded when a run is released, so runs in flight are not yet in
 ``agent_seconds``; ``Verdict.seconds_left`` is what the caller clamps the
-agent's timeout to.
+agent's timeout to. Model dollars are counted as each call ends, by the run's
+model gateway (``SpendLedger``), so runs in flight share the day's cap live: the
+gateway asks before each call and refuses the call once a scope has reached it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from datetime import UTC, datetime, time, timedelta
 
 import redis
 
+from worker.runner.gateway.spend import Left, usd
+
 BUDGET_PREFIX = "baton:budget:"
 ACTIVE_PREFIX = "baton:active:"
 #: Long enough to read yesterday's totals after midnight; the keys then clean themselves up.
@@ -40,6 +44,7 @@ BUSY = "busy"
 CONCURRENT_RUNS = "concurrent-runs"
 RUNS_PER_DAY = "runs-per-day"
 AGENT_MINUTES_PER_DAY = "agent-minutes-per-day"
+MODEL_SPEND_PER_DAY = "model-spend-per-day"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Scope:
     max_runs_per_day: int | None
     max_agent_minutes_per_day: int | None
     max_concurrent_runs: int | None
+    max_model_spend_per_day: float | None = None
 
     def __post_init__(self) -> None:
         if not self.key or any(c.isspace() for c in self.key):
@@ -62,6 +68,11 @@ class Scope:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"scope {self.label}: {name} must be at least 1 or None, got {value}")
+        spend = self.max_model_spend_per_day
+        if spend is not None and not (spend > 0 and math.isfinite(spend)):
+            raise ValueError(
+                f"scope {self.label}: max_model_spend_per_day must be above 0 or None, got {spend}"
+            )
 
     @property
     def is_installation(self) -> bool:
@@ -70,18 +81,20 @@ class Scope:
 
 @dataclass(frozen=True)
 class Usage:
-    """A scope's usage now: runs counted today, agent seconds recorded today, runs in their lease."""
+    """A scope's usage now: runs counted today, agent seconds recorded today, runs in their lease, and
+    the model dollars its runs' gateways counted today."""
 
     runs_today: int
     agent_seconds_today: float
     active: int
+    model_usd_today: float = 0.0
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Whether a run may start, and if not, which limit of which scope said no.
 
-    ``used`` is runs, runs in progress, or agent minutes, matching ``code``;
+    ``used`` is runs, runs in progress, agent minutes or model dollars, matching ``code``;
     ``setting`` is the baton.yml field that sets the limit that refused.
     """
 
@@ -89,7 +102,7 @@ class Verdict:
     code: str | None = None
     scope: str | None = None
     used: float | None = None
-    limit: int | None = None
+    limit: float | None = None
     resets_at: str | None = None
     holder: str | None = None
     seconds_left: float | None = None
@@ -114,6 +127,11 @@ class Verdict:
             first = (
                 f"{self.scope} has used {used} of its {self.limit} runs today (UTC); "
                 f"the budget resets at {self.resets_at}."
+            )
+        elif self.code == MODEL_SPEND_PER_DAY:
+            first = (
+                f"{self.scope} has spent {usd(self.used or 0.0)} of its {usd(float(self.limit or 0))} "
+                f"of model calls today (UTC); the budget resets at {self.resets_at}."
             )
         else:
             first = (
@@ -179,10 +197,20 @@ def judge(scopes: Sequence[tuple[Scope, Usage]], now: datetime) -> Verdict:
                 False, AGENT_MINUTES_PER_DAY, scope.label, use.agent_seconds_today / 60, cap, resets_at(now),
                 seconds_left=seconds_left, setting=_setting(scope, "max_agent_minutes_per_day"),
             )  # fmt: skip
+        spend = scope.max_model_spend_per_day
+        if spend is not None and use.model_usd_today >= spend:
+            return Verdict(
+                False, MODEL_SPEND_PER_DAY, scope.label, use.model_usd_today, spend, resets_at(now),
+                seconds_left=seconds_left, setting=_setting(scope, "max_model_spend_per_day"),
+            )  # fmt: skip
     return Verdict(True, seconds_left=seconds_left)
 
 
 # --- Redis ---------------------------------------------------------------------------------------
+
+
+#: The budget hash's field for model dollars, counted live by the runs' gateways.
+MODEL_USD = "model_usd"
 
 
 def budget_key(scope: Scope, on: str) -> str:
@@ -224,9 +252,9 @@ def _check_task(task_id: str, lease_s: float | None = None, lock: tuple[str, int
 
 def usage(client: redis.Redis, scope: Scope, now: datetime) -> Usage:
     """What ``scope`` has used today, as ``reserve`` would count it."""
-    runs, seconds = client.hmget(budget_key(scope, day(now)), ["runs", "agent_seconds"])
+    runs, seconds, spent = client.hmget(budget_key(scope, day(now)), ["runs", "agent_seconds", MODEL_USD])
     active = client.zcount(active_key(scope), f"({_score(now.timestamp())}", "+inf")
-    return Usage(int(_number(runs)), _number(seconds), int(active))
+    return Usage(int(_number(runs)), _number(seconds), int(active), _number(spent))
 
 
 def reserve(
@@ -264,13 +292,16 @@ def reserve(
                 seen: list[tuple[Scope, Usage]] = []
                 counted: list[bool] = []
                 for scope, budget, active in zip(scopes, budgets, actives, strict=True):
-                    runs, seconds, mine = pipe.hmget(budget, ["runs", "agent_seconds", marker])
+                    runs, seconds, spent, mine = pipe.hmget(
+                        budget, ["runs", "agent_seconds", MODEL_USD, marker]
+                    )
                     live = int(pipe.zcount(active, f"({_score(stamp)}", "+inf"))
                     own = pipe.zscore(active, task_id)
                     if own is not None and float(own) > stamp:
                         live -= 1  # a retry's own slot is not someone else's run
                     counted.append(mine is not None)
-                    seen.append((scope, Usage(int(_number(runs)) - counted[-1], _number(seconds), live)))
+                    seen.append((scope, Usage(int(_number(runs)) - counted[-1], _number(seconds), live,
+                                              _number(spent))))  # fmt: skip
                 verdict = judge(seen, now)
                 if not verdict.allowed:
                     return verdict
@@ -334,8 +365,7 @@ _RELEASE = """
 local n = tonumber(ARGV[1])
 for i = 1, n do
   redis.call('HINCRBYFLOAT', KEYS[i], 'agent_seconds', ARGV[3])
-  if ARGV[4] ~= '' then redis.call('HINCRBYFLOAT', KEYS[i], 'cost_usd', ARGV[4]) end
-  redis.call('EXPIRE', KEYS[i], ARGV[5])
+  redis.call('EXPIRE', KEYS[i], ARGV[4])
   redis.call('ZREM', KEYS[n + i], ARGV[2])
 end
 if #KEYS > 2 * n and redis.call('GET', KEYS[2 * n + 1]) == ARGV[2] then
@@ -352,22 +382,60 @@ def release(
     task_id: str,
     day: str,
     agent_seconds: float,
-    cost_usd: float | None,
     lock_key: str | None = None,
 ) -> None:
-    """Record the run's agent time (and cost, if known) on ``day``, the day it started, and end it.
+    """Record the run's agent time on ``day``, the day it started, and end it (its model dollars were
+    counted as its calls ended: ``SpendLedger``).
 
     Not idempotent on purpose: each call reports time an agent really ran, so a
     retried run's second attempt counts too. The lock is deleted only if it is
     still ``task_id``'s (a lapsed lock may already be another run's).
     """
     _check_task(task_id)
-    for name, value in (("agent_seconds", agent_seconds), ("cost_usd", cost_usd)):
-        if value is not None and not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a finite number at least 0, got {value}")
+    if not (agent_seconds >= 0 and math.isfinite(agent_seconds)):
+        raise ValueError(f"agent_seconds must be a finite number at least 0, got {agent_seconds}")
     datetime.strptime(day, "%Y-%m-%d")  # only checks the spelling: ValueError if it is not a day
     keys = [budget_key(s, day) for s in scopes] + [active_key(s) for s in scopes]
     keys += [lock_key] if lock_key is not None else []
-    cost = "" if cost_usd is None else f"{cost_usd:.6f}"
-    args: list[str | int] = [len(scopes), task_id, f"{agent_seconds:.3f}", cost, BUDGET_TTL_S]
+    args: list[str | int] = [len(scopes), task_id, f"{agent_seconds:.3f}", BUDGET_TTL_S]
     client.register_script(_RELEASE)(keys=keys, args=args)
+
+
+class SpendLedger:
+    """A run's share of its scopes' day budgets for model dollars, for its model gateway
+    (``worker.runner.gateway.spend.Ledger``): read before each call, charged after it, on the UTC
+    day of the call."""
+
+    def __init__(self, client: redis.Redis, scopes: Sequence[Scope]) -> None:
+        self.client = client
+        self.scopes = list(scopes)
+
+    def left(self) -> Left | None:
+        capped = [s for s in self.scopes if s.max_model_spend_per_day is not None]
+        if not capped:
+            return None
+        on = day(datetime.now(UTC))
+        with self.client.pipeline(transaction=False) as pipe:
+            for scope in capped:
+                pipe.hget(budget_key(scope, on), MODEL_USD)
+            spent = [_number(v) for v in pipe.execute()]
+        found = [
+            Left(
+                float(s.max_model_spend_per_day or 0) - used,
+                float(s.max_model_spend_per_day or 0),
+                s.label,
+                _setting(s, "max_model_spend_per_day"),
+            )
+            for s, used in zip(capped, spent, strict=True)
+        ]
+        return min(found, key=lambda left: left.usd)
+
+    def charge(self, usd: float) -> None:
+        if not (usd >= 0 and math.isfinite(usd)):
+            raise ValueError(f"usd must be a finite number at least 0, got {usd}")
+        on = day(datetime.now(UTC))
+        with self.client.pipeline(transaction=True) as pipe:
+            for scope in self.scopes:
+                pipe.hincrbyfloat(budget_key(scope, on), MODEL_USD, usd)
+                pipe.expire(budget_key(scope, on), BUDGET_TTL_S)
+            pipe.execute()

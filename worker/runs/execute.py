@@ -47,7 +47,16 @@ from worker.github.client import GitHubError
 from worker.github.limits import Output
 from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
 from worker.lifecycle import State
-from worker.policy import Policy, PolicyError, TaskFacts, UnknownAgent, canonical_json, decide, explain
+from worker.policy import (
+    MODEL_KEYS,
+    Policy,
+    PolicyError,
+    TaskFacts,
+    UnknownAgent,
+    canonical_json,
+    decide,
+    explain,
+)
 from worker.policy.load import reserved_env
 from worker.publish import status_now
 from worker.runner import inspect_git
@@ -204,7 +213,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                 "reason": f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
                 f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
             }
-            return _ended(task, plan, record)
+            return _ended(ctx, task, plan, record)
         parents = _parents(mirror.path, head.sha, tip)
         try:
             run_record = runner.run(
@@ -226,7 +235,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                 "outcome": "denied",
                 "reason": "the agent is no longer in this repository's policy",
             }
-            return _ended(task, plan, record)
+            return _ended(ctx, task, plan, record)
         record = run_record.to_data()
         audit.note(ctx.redis, installation, task.id, "exited", outcome=run_record.outcome,
                    exit_code=run_record.exit_code, violations=len(run_record.violations),
@@ -240,14 +249,14 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
             record["outcome"], record["reason"] = "cancelled", supervisor.reason
         _save(ctx, task.id, record)
         if record["outcome"] != "done":
-            return _ended(task, plan, record, agent_env=_secrets(policy, plan.agent))
+            return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
         write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
         try:
             with mirror.locked():
                 if supervisor.reason is not None:  # the last moment a cancel can still stop the push
                     record = {**record, "outcome": "cancelled", "reason": supervisor.reason}
                     _save(ctx, task.id, record)
-                    return _ended(task, plan, record)
+                    return _ended(ctx, task, plan, record)
                 mirror.push(write, str(record["commit"]), branch, expect=tip)
             audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=record["commit"])
         except MirrorError as exc:
@@ -258,7 +267,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                 "outcome": "conflict",
                 "reason": f"GitHub refused the push to `{branch}`: it changed while the agent ran",
             }
-            return _ended(task, plan, record)
+            return _ended(ctx, task, plan, record)
     return _publish(ctx, task, plan, gh, record, base_branch=head.branch)
 
 
@@ -298,17 +307,26 @@ def _request(
         offline=plan.offline,
         run_id=task.id,
         env_values={name: os.environ[name] for name in _env_names(policy, plan.agent) if name in os.environ},
+        model_keys={name: os.environ[name] for name in MODEL_KEYS if os.environ.get(name)},
         max_seconds=admit.seconds_left(ctx, task, policy),
-        model_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
-        model_base_url=ctx.agent_model_url,
+        egress_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
+        model_upstreams=ctx.model_upstreams,
+        prices=ctx.prices,
+        ledger=admit.spend_ledger(ctx, task, policy),
         commit=runner.CommitSpec(
             branch=_local_branch(task), message=message, author=bot_identity(ctx, task), parents=parents
         ),
     )
 
 
-def _ended(task: Task, plan: Plan, record: Mapping[str, Any], agent_env: tuple[str, ...] = ()) -> Result:
+def _ended(
+    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any], agent_env: tuple[str, ...] = ()
+) -> Result:
+    """A run that opened no pull request. If its agent ran, what it did is signed all the same (an
+    injected agent's refused model requests above all) and the receipt goes on the issue."""
     status = dataclasses.replace(report.ended(task.id, plan.agent, record, agent_env), notices=plan.notices)
+    if record.get("box") and record.get("base"):
+        status = dataclasses.replace(status, receipt=_unpushed_receipt(ctx, task, plan, record).text())
     fields = _usage_fields(record)
     return Result(status.state, f"{record.get('outcome')}: {record.get('reason')}", status, fields=fields)
 
@@ -318,7 +336,7 @@ def _usage_fields(record: Mapping[str, Any]) -> dict[str, str]:
     agent_s = (record.get("durations") or {}).get("agent_s")
     if isinstance(agent_s, int | float):
         fields["agent_seconds"] = f"{agent_s:.3f}"
-    cost = record.get("cost_usd") or (record.get("agent_result") or {}).get("cost_usd")
+    cost = record.get("cost_usd")
     if isinstance(cost, int | float):
         fields["cost_usd"] = f"{cost:.6f}"
     if record.get("started_at"):
@@ -426,6 +444,25 @@ def _receipts(
     return sign
 
 
+def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]) -> receipts.Receipt:
+    """The ``baton/agent`` receipt of a run that pushed nothing: about the base the agent ran on."""
+    repo, installation = _where(task)
+    base = str(record["base"])
+    predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
+                                   diff_digest="", record=record)  # fmt: skip
+    signed = receipts.attest(
+        ctx.signer,
+        ctx.redis,
+        installation,
+        subjects=[receipts.commit_subject(repo.full_name, base)],
+        predicate_type=statement.AGENT_RUN,
+        predicate=predicate,
+    )
+    replay.remember_receipt(ctx.redis, task.id, report.AGENT_CHECK, installation, signed.index)
+    audit.note(ctx.redis, installation, task.id, "signed", check=report.AGENT_CHECK, log_index=signed.index)
+    return signed
+
+
 def issue_digest(issue: Mapping[str, Any]) -> str:
     """The issue text the agent was given (title, blank line, body), by sha256: an untrusted input."""
     text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
@@ -500,8 +537,9 @@ def _env_names(policy: Policy, agent: str) -> tuple[str, ...]:
 
 
 def _secrets(policy: Policy, agent: str) -> tuple[str, ...]:
-    """Values the agent was given (API keys): never shown, even if the agent printed them."""
-    return tuple(os.environ[name] for name in _env_names(policy, agent) if os.environ.get(name))
+    """Values the agent was given, and the model keys it never was: never shown, even if printed."""
+    names = {*_env_names(policy, agent), *MODEL_KEYS}
+    return tuple(os.environ[name] for name in sorted(names) if os.environ.get(name))
 
 
 def _box_promise(ctx: Context) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from worker.lifecycle import State
 from worker.messages import fenced, inert
+from worker.runner.gateway.spend import usd
 from worker.status import Status
 
 #: Check runs a finished run leaves on its commit.
@@ -87,20 +88,58 @@ def box_summary(box: Mapping[str, Any] | None) -> str:
     return text + (f"; not in force: {', '.join(off)}" if off else "")
 
 
+#: Models listed one by one; the rest are summed into one line.
+MODEL_LINES = 5
+
+
+def _tokens(n: object) -> str:
+    return f"{n:,}" if isinstance(n, int) else "?"
+
+
+def model_lines(record: Mapping[str, Any]) -> list[str]:
+    """What the run's model calls were and cost, as Baton's gateway metered them (names are the agent's)."""
+    model = record.get("model")
+    if not isinstance(model, Mapping):
+        return []
+    totals = model.get("totals") or {}
+    said = (record.get("agent_result") or {}).get("cost_usd")
+    claim = f" (the CLI said {usd(float(said))})" if isinstance(said, int | float) else ""
+    refused = int(totals.get("refused") or 0)
+    lines = [
+        f"Model: {totals.get('calls', 0)} calls through Baton's model gateway, "
+        f"{_tokens(totals.get('input_tokens'))} tokens in, {_tokens(totals.get('output_tokens'))} out, "
+        f"{usd(float(totals.get('cost_usd') or 0.0))} metered{claim}"
+        + (f"; {refused} refused" if refused else "")
+    ]
+    models = list(totals.get("models") or [])
+    for entry in models[:MODEL_LINES]:
+        estimated = int(entry.get("estimated_calls") or 0)
+        lines.append(
+            f"Model {inert(str(entry.get('provider')) + '/' + str(entry.get('model')), 120)}: "
+            f"{entry.get('calls', 0)} calls, {_tokens(entry.get('input_tokens'))} in "
+            f"(+{_tokens(entry.get('cache_read_tokens'))} cached), "
+            f"{_tokens(entry.get('output_tokens'))} out, "
+            f"{usd(float(entry.get('cost_usd') or 0.0))}"
+            + (" at the default price" if entry.get("priced_as") == "default" else "")
+            + (f"; {estimated} estimated from bytes" if estimated else "")
+        )
+    if len(models) > MODEL_LINES:
+        lines.append(f"Model: {len(models) - MODEL_LINES} more models (in the run's receipt)")
+    return lines
+
+
 def run_lines(record: Mapping[str, Any]) -> list[str]:
     """The run, one fact per line, for the status comment, the PR body and the agent check."""
     diff = record.get("diff") or {}
-    agent_result = record.get("agent_result") or {}
-    cost = agent_result.get("cost_usd")
     adapter = f"{record.get('adapter')} {record.get('adapter_version') or '(version unknown)'}"
     lines = [
         f"Agent {inert(str(record.get('agent')))} through adapter {inert(adapter)}",
         f"Decision `sha256:{record.get('decision_sha256', '')[:16]}…`",
         f"Box: {box_summary(record.get('box'))}",
         f"Egress: {inert(egress_summary(record.get('egress') or []), 400)}",
+        *model_lines(record),
         f"Agent time {_minutes((record.get('durations') or {}).get('agent_s'))}, "
-        f"total {_minutes((record.get('durations') or {}).get('total_s'))}"
-        + (f", model cost ${cost:.4f} (as the CLI reported it)" if isinstance(cost, int | float) else ""),
+        f"total {_minutes((record.get('durations') or {}).get('total_s'))}",
     ]
     if diff:
         lines.append(
@@ -212,19 +251,42 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             next_steps=(retry,),
         )
     if outcome == "violations":
+        listed = list(record.get("violations") or [])
         found = [
             f"{inert(str(v.get('code')))} {inert(str(v.get('path') or '(whole diff)'), 200)}: "
             f"{inert(str(v.get('detail')), 300)}"
-            for v in record.get("violations") or []
+            for v in listed
         ]
+        asked = any(str(v.get("code", "")).startswith("model-") for v in listed)
         return Status(
             State.FAILED,
             task_id,
             agent,
-            "The agent's changes break this repository's policy, so nothing was committed or pushed:",
+            (
+                "The agent asked its model API for what the policy forbids (another account's key, an "
+                "endpoint that is not inference, or the provider acting for it), which is what an injected "
+                "agent does. Baton's model gateway refused every such request, and nothing was committed or "
+                "pushed:"
+            )
+            if asked
+            else "The agent's changes break this repository's policy, so nothing was committed or pushed:",
             details=[*found, *run_lines(record)],
-            headline="🚧 Changes refused",
+            headline="🛡️ Model requests refused" if asked else "🚧 Changes refused",
             next_steps=(retry,),
+        )
+    if outcome == "over-budget":
+        return Status(
+            State.FAILED,
+            task_id,
+            agent,
+            f"{_sentence(str(record.get('reason') or 'the run reached its model spend cap'))}",
+            details=run_lines(record),
+            headline="💸 Over budget: the model spend cap was reached",
+            next_steps=(
+                "Wait for the day's budget to reset (UTC midnight), or ask an org admin to raise the "
+                "`limits` model spend caps in the org's policy (`baton.yml` in its `.github` repository).",
+                retry,
+            ),
         )
     if outcome == "cancelled":
         return Status(

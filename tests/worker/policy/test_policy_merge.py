@@ -135,10 +135,10 @@ WIDENING = [
     (
         "new-model-endpoint",
         "version: 1\nagents:\n  claude-code:\n    adapter: claude-code\n    tools: []\n"
-        "    model_endpoints: [evil.io]\n",
+        "    model_endpoints: [api.openai.com]\n",
         6,
         23,
-        "model endpoint 'evil.io'",
+        "model endpoint 'api.openai.com'",
         "version: 1\nagents:\n  claude-code: {adapter: claude-code, tools: [], model_endpoints: []}\n",
     ),
     (
@@ -386,3 +386,21 @@ def test_repo_narrowing_can_turn_a_deny_into_an_allow_by_removing_a_leg() -> Non
         "version: 1\nagents:\n  claude-code: {adapter: claude-code, tools: [read_repo], egress: []}\n"
     )
     assert decide(narrowed.policy, facts).allowed
+
+
+def test_model_spend_caps_only_go_down_and_are_not_written_unless_set() -> None:
+    org = org_policy(parse("version: 1\nlimits:\n  max_model_spend_per_run: 5\n"
+                           "  installation: {max_model_spend_per_day: 100}\n", "org.yml"))  # fmt: skip
+    merged = merge(org, parse("version: 1\nlimits:\n  max_model_spend_per_run: 7.5\n"
+                              "  max_model_spend_per_day: 20\n", "repo.yml"))  # fmt: skip
+    limits = merged.policy.limits
+    assert (limits.max_model_spend_per_run, limits.max_model_spend_per_day) == (5.0, 20.0)
+    assert limits.installation.max_model_spend_per_day == 100.0
+    assert [p.message for p in merged.problems] == [
+        "limits.max_model_spend_per_run: 7.5 is above the org's 5; a repository may only lower it"
+    ]
+    # A policy that sets no cap has the bytes (and digest) it had before caps existed: replays of
+    # decisions recorded then still match.
+    plain = org_policy(parse("version: 1\n", "org.yml")).to_data()["limits"]
+    assert not any("spend" in key for key in plain)
+    assert not any("spend" in key for key in plain["installation"])

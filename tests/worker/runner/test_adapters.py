@@ -11,15 +11,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.policy import Agent
+from worker.policy import MODEL_KEYS, Agent
 from worker.policy.schema import ADAPTERS
-from worker.runner import adapters, installed, prompt, results
+from worker.runner import adapters, installed, prompt, results, script_agent
 from worker.runner.adapters import SPECS, AgentMissing, Invocation
 
 PROMPT = "PROMPT-TEXT-7f3a: fix the bug described in the issue"
 PROMPT_PATH = "/home/agent/.baton/prompt.md"
 WORKSPACE = "/workspace"
-ALL_TOOLS = ("read_repo", "search_repo", "edit_files", "run_shell", "web_fetch", "web_search")
+GATEWAY = "http://127.0.0.1:3129"
+PLACEHOLDER = "baton-placeholder-test"
+ALL_TOOLS = (
+    "read_repo",
+    "search_repo",
+    "edit_files",
+    "run_shell",
+    "web_fetch",
+    "web_search",
+    "model_server_tools",
+)
 EXECUTABLES = ("claude", "codex", "gemini", "aider", "goose", "opencode", "my-agent")
 
 
@@ -46,7 +56,7 @@ def invoke(
     bin_dir: Path,
     *,
     tools: tuple[str, ...] = ("read_repo", "search_repo", "edit_files"),
-    base_url: str | None = "http://api.anthropic.com",
+    base_url: str | None = GATEWAY,
     env_values: dict[str, str] | None = None,
     **fields: object,
 ) -> Invocation:
@@ -54,6 +64,7 @@ def invoke(
     return adapters.build_invocation(
         SPECS[adapter], agent, granted_tools=tools, model_base_url=base_url, env_values=env_values or {},
         prompt_path=PROMPT_PATH, workspace=WORKSPACE, search_path=str(bin_dir), prompt_text=PROMPT,
+        model_key=PLACEHOLDER if base_url is not None else None,
     )  # fmt: skip
 
 
@@ -144,60 +155,75 @@ def test_claude_code_argv(bin_dir: Path) -> None:
 
 
 def test_claude_code_gets_shell_and_web_only_when_granted(bin_dir: Path) -> None:
-    inv = invoke("claude-code", bin_dir, tools=("read_repo", "run_shell", "web_fetch"))
+    inv = invoke("claude-code", bin_dir, tools=("read_repo", "run_shell", "web_fetch", "web_search"))
     assert flag(inv.argv, "--allowedTools") == "Read,Bash,WebFetch"
+    # Claude Code's WebSearch runs at the provider: web_search alone does not bring it.
     assert flag(inv.argv, "--disallowedTools") == "Glob,Grep,Edit,Write,NotebookEdit,WebSearch"
     inv = invoke("claude-code", bin_dir, tools=ALL_TOOLS)
     assert "--disallowedTools" not in inv.argv
 
 
-def test_claude_code_env(bin_dir: Path) -> None:
+def test_claude_code_env_holds_the_placeholder_never_the_real_key(bin_dir: Path) -> None:
     quiet = "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
     values = {"ANTHROPIC_API_KEY": "sk-real", quiet: "0", "GITHUB_TOKEN": "not-listed"}
     inv = invoke("claude-code", bin_dir, env=("ANTHROPIC_API_KEY", quiet), env_values=values)
     assert dict(inv.env) == {
-        "ANTHROPIC_API_KEY": "sk-real",
-        "ANTHROPIC_BASE_URL": "http://api.anthropic.com",
+        "ANTHROPIC_API_KEY": PLACEHOLDER,
+        "ANTHROPIC_BASE_URL": f"{GATEWAY}/anthropic",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # Baton's setting wins over the policy's value
         "PATH": f"{bin_dir}:{installed.SYSTEM_PATH}",
     }
 
 
-def test_claude_code_gets_a_placeholder_key_only_when_baton_routes_the_model(bin_dir: Path) -> None:
+def test_claude_code_gets_a_placeholder_key_only_when_it_has_a_model(bin_dir: Path) -> None:
     routed = invoke("claude-code", bin_dir, base_url="http://127.0.0.1:9/")
-    assert routed.env["ANTHROPIC_API_KEY"] == adapters.PLACEHOLDER_KEY
-    assert routed.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
-    direct = invoke("claude-code", bin_dir, base_url=None)
+    assert routed.env["ANTHROPIC_API_KEY"] == PLACEHOLDER
+    assert routed.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9/anthropic"
+    direct = invoke("claude-code", bin_dir, base_url=None, env=("ANTHROPIC_API_KEY",),
+                    env_values={"ANTHROPIC_API_KEY": "sk-real"})  # fmt: skip
     assert "ANTHROPIC_API_KEY" not in direct.env
     assert "ANTHROPIC_BASE_URL" not in direct.env
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_no_adapter_ever_gives_the_box_a_model_keys_value(adapter: str, bin_dir: Path) -> None:
+    """Whatever the policy lists and the worker holds, a model key's value never reaches the box:
+    its name holds the run's placeholder (with a model) or is absent (without one)."""
+    real = {name: f"sk-canary-{index}-do-not-leak" for index, name in enumerate(MODEL_KEYS)}
+    for base_url in (GATEWAY, None):
+        inv = invoke(adapter, bin_dir, base_url=base_url, env=tuple(MODEL_KEYS), env_values=real)
+        shown = " ".join([*inv.argv, *inv.env.values()])
+        assert not any(value in shown for value in real.values())
+        assert {inv.env[n] for n in MODEL_KEYS if n in inv.env} <= ({PLACEHOLDER} if base_url else set())
 
 
 # --- Codex ----------------------------------------------------------------------------------------
 
 
 def test_codex_argv_with_a_key(bin_dir: Path) -> None:
-    inv = invoke("codex", bin_dir, base_url="http://api.openai.com", env=("OPENAI_API_KEY",),
-                 env_values={"OPENAI_API_KEY": "sk-o"})  # fmt: skip
+    inv = invoke("codex", bin_dir, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "sk-o"})
     assert inv.argv == (
         str(bin_dir / "codex"), "exec", "--json", "--skip-git-repo-check", "-c", "analytics.enabled=false",
         "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
         "--dangerously-bypass-approvals-and-sandbox", "-c", 'web_search="disabled"',
         "-c", "model_provider=baton",
-        "-c", 'model_providers.baton={name="baton",base_url="http://api.openai.com/v1",wire_api="responses",'
+        "-c", f'model_providers.baton={{name="baton",base_url="{GATEWAY}/openai/v1",wire_api="responses",'
               'env_key="OPENAI_API_KEY"}',
         "-",
     )  # fmt: skip
-    assert inv.env["OPENAI_API_KEY"] == "sk-o"
+    assert inv.env["OPENAI_API_KEY"] == PLACEHOLDER
 
 
-def test_codex_without_a_key_or_a_route(bin_dir: Path) -> None:
-    inv = invoke("codex", bin_dir, base_url="http://api.openai.com", tools=(*ALL_TOOLS,))
-    assert 'web_search="live"' in inv.argv
+def test_codex_without_a_key_listed_or_a_model(bin_dir: Path) -> None:
+    inv = invoke("codex", bin_dir, tools=(*ALL_TOOLS,))
+    assert 'web_search="live"' in inv.argv  # ALL_TOOLS grants model_server_tools
     provider = next(t for t in inv.argv if t.startswith("model_providers.baton="))
-    assert "env_key" not in provider
-    assert "OPENAI_API_KEY" not in inv.env
+    assert 'env_key="OPENAI_API_KEY"' in provider
+    assert inv.env["OPENAI_API_KEY"] == PLACEHOLDER
+    assert 'web_search="disabled"' in invoke("codex", bin_dir, tools=("read_repo", "web_search")).argv
     direct = invoke("codex", bin_dir, base_url=None)
     assert "model_provider=baton" not in direct.argv
+    assert "OPENAI_API_KEY" not in direct.env
     assert direct.argv[-1] == "-"
 
 
@@ -206,26 +232,27 @@ def test_codex_without_a_key_or_a_route(bin_dir: Path) -> None:
 
 def test_gemini(bin_dir: Path) -> None:
     inv = invoke("gemini", bin_dir, tools=("read_repo", "edit_files", "run_shell"), env=("GEMINI_API_KEY",),
-                 env_values={"GEMINI_API_KEY": "g"}, base_url="http://gemini.test")  # fmt: skip
+                 env_values={"GEMINI_API_KEY": "g"})  # fmt: skip
     assert inv.argv[1:3] == ("--output-format", "json")
     assert flag(inv.argv, "--allowed-tools") == "run_shell_command"
     assert flag(inv.argv, "--approval-mode") == "auto_edit"
     assert inv.argv[-2:] == ("--prompt", adapters.STDIN_POINTER)
-    assert inv.env["GOOGLE_GEMINI_BASE_URL"] == "http://gemini.test"
+    assert inv.env["GOOGLE_GEMINI_BASE_URL"] == f"{GATEWAY}/gemini"
     assert inv.env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
-    assert inv.env["GEMINI_API_KEY"] == "g"
+    assert inv.env["GEMINI_API_KEY"] == PLACEHOLDER
     read_only = invoke("gemini", bin_dir, tools=("read_repo",))
     assert flag(read_only.argv, "--approval-mode") == "default"
     assert "--allowed-tools" not in read_only.argv
 
 
 def test_aider(bin_dir: Path) -> None:
-    inv = invoke("aider", bin_dir, tools=("read_repo", "edit_files"), base_url="http://models.test")
+    inv = invoke("aider", bin_dir, tools=("read_repo", "edit_files"))
     assert flag(inv.argv, "--message-file") == PROMPT_PATH
     needed = "--yes-always --no-git --no-auto-commits --no-check-update --analytics-disable"
     for switch in (*needed.split(), "--no-suggest-shell-commands", "--no-detect-urls"):
         assert switch in inv.argv
-    assert inv.env["OPENAI_API_BASE"] == "http://models.test/v1"
+    assert inv.env["OPENAI_API_BASE"] == f"{GATEWAY}/openai/v1"
+    assert inv.env["ANTHROPIC_API_BASE"] == f"{GATEWAY}/anthropic"
     granted = invoke("aider", bin_dir, tools=ALL_TOOLS)
     assert "--no-suggest-shell-commands" not in granted.argv
     assert "--no-detect-urls" not in granted.argv
@@ -240,11 +267,12 @@ def test_goose(bin_dir: Path) -> None:
     )  # fmt: skip
     assert inv.env["GOOSE_MODE"] == "auto"
     assert inv.env["GOOSE_PROVIDER"] == "anthropic"
-    assert inv.env["ANTHROPIC_HOST"] == "http://api.anthropic.com"
+    assert inv.env["ANTHROPIC_HOST"] == f"{GATEWAY}/anthropic"
+    assert inv.env["ANTHROPIC_API_KEY"] == PLACEHOLDER
 
 
 def test_opencode(bin_dir: Path) -> None:
-    inv = invoke("opencode", bin_dir, tools=("read_repo", "edit_files"), base_url="http://models.test")
+    inv = invoke("opencode", bin_dir, tools=("read_repo", "edit_files"))
     assert inv.argv[1:] == ("run", "--format", "json", adapters.STDIN_POINTER)
     config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
     assert config["permission"] == {
@@ -253,17 +281,19 @@ def test_opencode(bin_dir: Path) -> None:
     }  # fmt: skip
     assert config["autoupdate"] is False
     assert config["share"] == "disabled"
-    assert config["provider"]["anthropic"]["options"]["baseURL"] == "http://models.test/v1"
+    assert config["provider"]["anthropic"]["options"]["baseURL"] == f"{GATEWAY}/anthropic/v1"
+    assert config["provider"]["openai"]["options"]["baseURL"] == f"{GATEWAY}/openai/v1"
 
 
 # --- command and script ---------------------------------------------------------------------------
 
 
 def test_command_substitutes_the_prompt_file_and_sends_the_prompt_on_stdin(bin_dir: Path) -> None:
-    inv = invoke("command", bin_dir, base_url="http://models.test")
+    inv = invoke("command", bin_dir)
     assert inv.argv == (str(bin_dir / "my-agent"), "--task", PROMPT_PATH, f"--cwd={WORKSPACE}")
     assert inv.stdin == PROMPT.encode()
-    assert inv.env["BATON_MODEL_BASE_URL"] == "http://models.test"
+    assert inv.env["BATON_MODEL_BASE_URL"] == GATEWAY
+    assert inv.env["BATON_MODEL_KEY"] == PLACEHOLDER
 
 
 def test_the_script_agent_runs_from_its_invocation(tmp_path: Path) -> None:
@@ -287,23 +317,29 @@ def test_the_script_agent_runs_from_its_invocation(tmp_path: Path) -> None:
     parsed = SPECS["script"].parse_result(done.stdout, done.returncode)
     assert parsed.is_error is False
     assert parsed.num_turns == 1
-    assert adapters.version(SPECS["script"], inv.argv[0]) == "1.0"
+    assert adapters.version(SPECS["script"], inv.argv[0]) == script_agent.VERSION
 
 
 # --- inputs Baton refuses -------------------------------------------------------------------------
 
 
 def test_env_values_only_for_names_the_agent_lists(bin_dir: Path) -> None:
-    inv = invoke(
-        "aider", bin_dir, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "a", "AWS_SECRET": "b"}
-    )
-    assert inv.env["OPENAI_API_KEY"] == "a"
+    inv = invoke("aider", bin_dir, env=("HF_TOKEN",), env_values={"HF_TOKEN": "a", "AWS_SECRET": "b"})
+    assert inv.env["HF_TOKEN"] == "a"
     assert "AWS_SECRET" not in inv.env
 
 
 def test_an_env_value_with_nul_is_refused(bin_dir: Path) -> None:
     with pytest.raises(ValueError, match="NUL"):
-        invoke("aider", bin_dir, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "a\x00b"})
+        invoke("aider", bin_dir, env=("HF_TOKEN",), env_values={"HF_TOKEN": "a\x00b"})
+
+
+def test_a_model_without_its_placeholder_is_a_programming_error(bin_dir: Path) -> None:
+    with pytest.raises(ValueError, match="go together"):
+        adapters.build_invocation(
+            SPECS["codex"], agent_for("codex"), granted_tools=(), model_base_url=GATEWAY, env_values={},
+            prompt_path=PROMPT_PATH, workspace=WORKSPACE, search_path=str(bin_dir), prompt_text=PROMPT,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ["ftp://x", 'http://x/"}', "http://x/v1?key=1", "http://x y", "api.x.com"])

@@ -143,8 +143,7 @@ def test_the_real_claude_code_cli_edits_through_the_box_and_talks_only_to_its_mo
                "ANTHROPIC_API_KEY": "sk-test-not-a-secret"}  # fmt: skip
         code, record = _baton_run(
             tmp_path, repo, "claude", _issue(tmp_path, [], title="Say hello"),
-            "--route", f"api.anthropic.com=127.0.0.1:{model.port}", "--model-url", "http://api.anthropic.com",
-            env=env,
+            "--upstream", f"anthropic={model.url}", env=env,
         )  # fmt: skip
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
@@ -185,8 +184,7 @@ def test_a_model_endpoint_that_is_down_ends_the_run_failed_in_bounded_time(
     closed = free_port()  # nothing listens there
     code, record = _baton_run(
         tmp_path, repo, "claude-quick", _issue(tmp_path, [], title="Say hello"),
-        "--route", f"api.anthropic.com=127.0.0.1:{closed}", "--model-url", "http://api.anthropic.com",
-        env=_claude_env(agent_cli_bin),
+        "--upstream", f"anthropic=http://127.0.0.1:{closed}", env=_claude_env(agent_cli_bin),
     )  # fmt: skip
     assert code == 5, record
     assert record["outcome"] in ("failed", "timed-out")
@@ -202,8 +200,7 @@ def test_a_model_endpoint_that_stalls_is_cut_off_by_the_agents_timeout(
     with ModelStandin(script, max_stall_seconds=300) as model:
         code, record = _baton_run(
             tmp_path, repo, "claude-quick", _issue(tmp_path, [], title="Say hello"),
-            "--route", f"api.anthropic.com=127.0.0.1:{model.port}", "--model-url", "http://api.anthropic.com",
-            env=_claude_env(agent_cli_bin),
+            "--upstream", f"anthropic={model.url}", env=_claude_env(agent_cli_bin),
         )  # fmt: skip
     assert code == 5, record
     assert record["outcome"] == "timed-out"
@@ -221,8 +218,7 @@ def test_the_real_codex_cli_edits_through_the_box_and_talks_only_to_its_model(
                "OPENAI_API_KEY": "sk-test-not-a-secret"}  # fmt: skip
         code, record = _baton_run(
             tmp_path, repo, "codex", _issue(tmp_path, [], title="Say hello"),
-            "--route", f"api.openai.com=127.0.0.1:{model.port}", "--model-url", "http://api.openai.com",
-            "--public", env=env,
+            "--upstream", f"openai={model.url}", "--public", env=env,
         )  # fmt: skip
         paths = {r["path"] for r in model.requests()}
     assert code == 0, json.dumps(record, indent=1)[-3000:]

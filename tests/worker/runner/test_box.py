@@ -502,8 +502,8 @@ def test_the_environment_is_exactly_the_spec_plus_the_box(
             "HTTP_PROXY": url,
             "https_proxy": url,
             "http_proxy": url,
-            "NO_PROXY": "",
-            "no_proxy": "",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
         }
     assert env == expected
 

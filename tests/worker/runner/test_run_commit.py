@@ -106,7 +106,10 @@ def test_without_a_commit_spec_the_run_commits_as_baton_run_does(repo: Path, pol
     assert before <= started <= datetime.now(UTC)
 
 
-def test_the_agents_own_cost_is_on_the_record(tmp_path: Path, repo: Path, policy: Policy) -> None:
+def test_the_agents_own_cost_is_kept_apart_from_what_the_gateway_metered(
+    tmp_path: Path, repo: Path, policy: Policy
+) -> None:
+    """The CLI's word on its cost is the agent's (hostile) output; the record's cost is the gateway's."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "claude").write_text(FAKE_CLAUDE)
@@ -116,7 +119,9 @@ def test_the_agents_own_cost_is_on_the_record(tmp_path: Path, repo: Path, policy
                               repo_private=True, search_path=f"{bin_dir}:/usr/bin:/bin")  # fmt: skip
     record = runner.run(asked)
     assert record.outcome == "done", (record.reason, record.output_tail)
-    assert record.cost_usd == 0.0421
+    assert record.cost_usd == 0.0  # this fake CLI made no model call
+    assert record.model is not None
+    assert record.model["totals"]["calls"] == 0
     assert (record.agent_result or {}).get("cost_usd") == 0.0421
 
 

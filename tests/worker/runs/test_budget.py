@@ -13,8 +13,11 @@ from worker.runs.budget import (
     BUDGET_TTL_S,
     BUSY,
     CONCURRENT_RUNS,
+    MODEL_SPEND_PER_DAY,
+    MODEL_USD,
     RUNS_PER_DAY,
     Scope,
+    SpendLedger,
     Usage,
     Verdict,
     active_key,
@@ -174,11 +177,10 @@ def test_reserve_renew_release_across_two_scopes(rdb: redis.Redis) -> None:
     assert rdb.pttl(LOCK[0]) > 60_000
     # after the first lease would have lapsed, the renewed run still counts
     assert usage(rdb, REPO, NOW + timedelta(seconds=90)).active == 1
-    release(rdb, (REPO, INST), task_id="t-1", day="2026-11-30", agent_seconds=125.5, cost_usd=0.25,
+    release(rdb, (REPO, INST), task_id="t-1", day="2026-11-30", agent_seconds=125.5,
             lock_key=LOCK[0])  # fmt: skip
     assert usage(rdb, REPO, later) == _use(runs=1, seconds=125.5, active=0)
     assert usage(rdb, INST, later) == _use(runs=1, seconds=125.5, active=0)
-    assert rdb.hget(budget_key(INST, "2026-11-30"), "cost_usd") == b"0.25"
     assert rdb.get(LOCK[0]) is None
     # the next reservation sees the recorded minutes
     assert _take(rdb, "t-2", now=later).seconds_left == 600 - 125.5
@@ -187,10 +189,9 @@ def test_reserve_renew_release_across_two_scopes(rdb: redis.Redis) -> None:
 def test_release_counts_on_the_day_the_run_started(rdb: redis.Redis) -> None:
     before_midnight = datetime(2026, 11, 30, 23, 50, tzinfo=UTC)
     assert _take(rdb, "t-1", now=before_midnight).allowed
-    release(rdb, (REPO,), task_id="t-1", day=day(before_midnight), agent_seconds=1200.0, cost_usd=None)
+    release(rdb, (REPO,), task_id="t-1", day=day(before_midnight), agent_seconds=1200.0)
     assert usage(rdb, REPO, before_midnight).agent_seconds_today == 1200.0
     assert usage(rdb, REPO, before_midnight + timedelta(hours=1)) == _use()
-    assert rdb.hget(budget_key(REPO, "2026-11-30"), "cost_usd") is None
 
 
 def test_over_budget_refusal_writes_nothing(rdb: redis.Redis) -> None:
@@ -214,7 +215,7 @@ def test_over_budget_refusal_writes_nothing(rdb: redis.Redis) -> None:
 
 def test_agent_minutes_refuse_after_release(rdb: redis.Redis) -> None:
     assert _take(rdb, "t-1").allowed
-    release(rdb, (REPO, INST), task_id="t-1", day=day(NOW), agent_seconds=600.0, cost_usd=None)
+    release(rdb, (REPO, INST), task_id="t-1", day=day(NOW), agent_seconds=600.0)
     verdict = _take(rdb, "t-2")
     assert (verdict.code, verdict.used, verdict.limit, verdict.seconds_left) == (
         AGENT_MINUTES_PER_DAY, 10.0, 10, 0.0,
@@ -271,7 +272,7 @@ def test_renew_fails_once_the_lock_is_someone_elses(rdb: redis.Redis) -> None:
     assert not renew(rdb, (REPO, INST), task_id="t-1", now=NOW + timedelta(seconds=30), lease_s=60.0,
                      lock=LOCK)  # fmt: skip
     assert rdb.zscore(active_key(REPO), "t-1") == before  # nothing extended
-    release(rdb, (REPO, INST), task_id="t-1", day=day(NOW), agent_seconds=1.0, cost_usd=None,
+    release(rdb, (REPO, INST), task_id="t-1", day=day(NOW), agent_seconds=1.0,
             lock_key=LOCK[0])  # fmt: skip
     assert rdb.get(LOCK[0]) == b"t-9"  # compare-and-delete: not ours, not deleted
     assert rdb.zscore(active_key(REPO), "t-1") is None
@@ -292,9 +293,9 @@ def test_bad_arguments_are_refused(rdb: redis.Redis) -> None:
     with pytest.raises(ValueError, match="ttl_ms"):
         _take(rdb, "t-1", lock=("k", 0))
     with pytest.raises(ValueError, match="agent_seconds"):
-        release(rdb, (REPO,), task_id="t-1", day="2026-11-30", agent_seconds=-1.0, cost_usd=None)
+        release(rdb, (REPO,), task_id="t-1", day="2026-11-30", agent_seconds=-1.0)
     with pytest.raises(ValueError, match="does not match format"):
-        release(rdb, (REPO,), task_id="t-1", day="30/11/2026", agent_seconds=1.0, cost_usd=None)
+        release(rdb, (REPO,), task_id="t-1", day="30/11/2026", agent_seconds=1.0)
     assert _keys(rdb) == set()
 
 
@@ -345,3 +346,53 @@ def test_racing_for_the_last_slot_exactly_one_wins(
         assert sum(v.allowed for v in verdicts) == 1, verdicts
         assert {v.code for v in verdicts if not v.allowed} == {code}
         assert usage(rdb, scope, NOW) == _use(runs=3, active=3)
+
+
+# --- model spend: the day's dollars, counted live by the runs' gateways ----------------------------
+
+SPENDY = Scope("repo:7", "acme/widgets", None, None, None, max_model_spend_per_day=5.0)
+ORG_SPEND = Scope("installation:42", "installation 42", None, None, None, max_model_spend_per_day=20.0)
+
+
+def test_a_day_over_its_model_spend_admits_no_run() -> None:
+    verdict = judge([(SPENDY, Usage(0, 0.0, 0, model_usd_today=5.0))], NOW)
+    assert (verdict.allowed, verdict.code, verdict.used, verdict.limit) == (
+        False,
+        MODEL_SPEND_PER_DAY,
+        5.0,
+        5.0,
+    )
+    assert verdict.setting == "limits.max_model_spend_per_day"
+    assert verdict.lines()[0] == (
+        "acme/widgets has spent $5.00 of its $5.00 of model calls today (UTC); "
+        f"the budget resets at {RESETS}."
+    )
+    assert judge([(SPENDY, Usage(0, 0.0, 0, model_usd_today=4.99))], NOW).allowed
+
+
+def test_the_ledger_charges_every_scope_and_says_what_is_left_in_the_tightest(rdb: redis.Redis) -> None:
+    ledger = SpendLedger(rdb, [SPENDY, ORG_SPEND, OPEN])
+    assert ledger.left() is not None
+    assert ledger.left().usd == 5.0
+    ledger.charge(1.25)
+    ledger.charge(0.5)
+    left = ledger.left()
+    assert left is not None
+    assert (left.usd, left.limit, left.scope, left.setting) == (3.25, 5.0, "acme/widgets",
+                                                                "limits.max_model_spend_per_day")  # fmt: skip
+    today = day(datetime.now(UTC))
+    for scope in (SPENDY, ORG_SPEND, OPEN):  # counted where there is no cap too (the record of the day)
+        assert float(rdb.hget(budget_key(scope, today), MODEL_USD) or 0) == 1.75
+        assert 0 < rdb.ttl(budget_key(scope, today)) <= BUDGET_TTL_S
+    assert SpendLedger(rdb, [OPEN]).left() is None  # no day cap anywhere
+    with pytest.raises(ValueError, match="finite number"):
+        ledger.charge(float("nan"))
+
+
+def test_reserve_refuses_once_the_gateways_have_spent_the_day(rdb: redis.Redis) -> None:
+    now = datetime.now(UTC)
+    assert reserve(rdb, [SPENDY], task_id="t-1", now=now, lease_s=1.0).allowed
+    SpendLedger(rdb, [SPENDY]).charge(5.0)
+    refused = reserve(rdb, [SPENDY], task_id="t-2", now=now, lease_s=1.0)
+    assert (refused.allowed, refused.code, refused.used) == (False, MODEL_SPEND_PER_DAY, 5.0)
+    assert usage(rdb, SPENDY, now).model_usd_today == 5.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import redis
 
 from worker.runs import cancel, report
@@ -47,3 +49,18 @@ def test_a_cancel_stops_only_runs_asked_for_before_it(rdb: redis.Redis) -> None:
     assert found is not None
     assert found.task_id == "c1"  # an older cancel never replaces a newer one
     assert "`maria` cancelled it" in found.reason()
+
+
+def test_a_receipt_on_the_issue_is_whole_or_absent_never_cut() -> None:
+    from worker.github.limits import MAX_COMMENT_CHARS
+    from worker.status import RECEIPT_TOO_LARGE, render
+
+    record = {"agent": "helper", "outcome": "violations", "violations": [], "box": {}}
+    status = report.ended("t1", "helper", record)
+    small = dataclasses.replace(status, receipt="### Signed receipt\n\n```json\n{}\n```\n")
+    assert "### Signed receipt" in render(small)
+    huge = dataclasses.replace(status, receipt="```json\n" + "x" * MAX_COMMENT_CHARS + "\n```")
+    shown = render(huge)
+    assert "x" * 100 not in shown
+    assert RECEIPT_TOO_LARGE in shown
+    assert shown.rstrip().endswith("state `failed`</sub>")
