@@ -233,6 +233,12 @@ def client_main(
     for _ in range(stream_calls):
         first_straight.append(direct.call("/v1/messages", held)[0])
         first_via.append(through.call("/anthropic/v1/messages", held)[0])
+    idle_via, idle_straight = [], []  # the same idle gap before an answer sent at once: the baseline
+    for _ in range(stream_calls):
+        time.sleep(STREAM_HOLD_S)
+        idle_straight.append(direct.call("/v1/messages", body)[0])
+        time.sleep(STREAM_HOLD_S)
+        idle_via.append(through.call("/anthropic/v1/messages", body)[0])
     figures: dict[str, Any] = {
         "request_bytes": len(body),
         "calls": calls,
@@ -244,6 +250,8 @@ def client_main(
         "gateway_p99_us": round(_pct(via, 0.99) * 1e6),
         "first_byte_direct_p50_ms": round(statistics.median(first_straight) * 1e3, 2),
         "first_byte_gateway_p50_ms": round(statistics.median(first_via) * 1e3, 2),
+        "first_byte_idle_direct_p50_ms": round(statistics.median(idle_straight) * 1e3, 2),
+        "first_byte_idle_gateway_p50_ms": round(statistics.median(idle_via) * 1e3, 2),
         "calls_per_s": _throughput(gateway_socket, body, seconds, clients),
     }
     print(json.dumps(figures), flush=True)
@@ -351,7 +359,9 @@ def main() -> None:
     print(
         f"first streamed byte: direct p50 {figures['first_byte_direct_p50_ms']} ms, through the gateway "
         f"{figures['first_byte_gateway_p50_ms']} ms "
-        f"(the provider holds the rest {STREAM_HOLD_S * 1000:.0f} ms)"
+        f"(the provider holds the rest {STREAM_HOLD_S * 1000:.0f} ms); an answer sent at once after the same "
+        f"idle: direct {figures['first_byte_idle_direct_p50_ms']} ms, through the gateway "
+        f"{figures['first_byte_idle_gateway_p50_ms']} ms"
     )
     print(f"throughput: {figures['calls_per_s']} calls/s through one gateway ({args.clients} connections)")
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -34,7 +34,7 @@ import orjson
 
 from worker.runner import http1
 from worker.runner.gateway import admit as _admit
-from worker.runner.gateway.engine import Engine
+from worker.runner.gateway.engine import UPSTREAM_TIMEOUT, Engine
 from worker.runner.gateway.journal import ANSWERED, FAILED, PROBE, REFUSED, Exchange, Journal, target_of
 from worker.runner.gateway.meter import Meter
 from worker.runner.gateway.prices import PriceTable
@@ -62,6 +62,8 @@ _ANSWER_HEADERS = (
     "openai-version",
 )
 _ANSWER_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-")
+#: Sent to the pool with each request (a transport reads its timeouts from the request).
+_TIMEOUTS: dict[str, Any] = {"timeout": UPSTREAM_TIMEOUT.as_dict()}
 
 
 @dataclass(frozen=True)
@@ -281,10 +283,11 @@ class GatewayServer:
                 f"{admitted.provider}; set it where `baton worker` runs",
             )
             return await self._refuse(writer, asked, missing, admitted)
-        request = self.engine.client.build_request("POST", _url(upstream, admitted), content=admitted.body,
-                                                   headers=_upstream_headers(upstream, admitted))  # fmt: skip
+        headers = _upstream_headers(upstream, admitted)
+        request = httpx.Request("POST", _url(upstream, admitted), content=admitted.body, headers=headers,
+                                extensions=_TIMEOUTS)  # fmt: skip
         try:
-            answer = await self.engine.client.send(request, stream=True)
+            answer = await self.engine.transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             log.info("model gateway: %s timed out: %r", admitted.provider, exc)
             late = Refusal(Reason.UPSTREAM_TIMEOUT, f"{admitted.provider} did not answer in time")
@@ -316,7 +319,7 @@ class GatewayServer:
 
         try:
             writer.write(_head(answer.status_code, _answer_headers(answer.headers), close=asked.close))
-            async for chunk in answer.aiter_bytes():  # as they come: a chunk size would buffer
+            async for chunk in answer.aiter_raw():  # as they come: a chunk size would buffer
                 if first_byte is None:
                     first_byte = time.monotonic()
                 meter.feed(chunk)
