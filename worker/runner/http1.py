@@ -26,6 +26,13 @@ HOP_BY_HOP = frozenset(
      "te", "trailer", "upgrade", "host"}
 )  # fmt: skip
 
+#: Longest chunk-size or trailer line read in a chunked body.
+MAX_CHUNK_LINE = 4096
+#: A chunk-size line (RFC 9112 7.1): the size in hex, extensions of visible characters only.
+CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(;[\t\x20-\x7e]*)?\r\n")
+#: A trailer line of a chunked body: a plain header line.
+TRAILER_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n")
+
 Headers = tuple[tuple[str, str], ...]
 
 
@@ -70,6 +77,16 @@ def framing(headers: Headers) -> tuple[int, bool] | None:
     if not (length.isascii() and length.isdigit() and len(length) <= 18):
         return None
     return int(length), False
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size a chunk-size line announces (the line with its CRLF); None if it is anything else."""
+    match = CHUNK_LINE.fullmatch(line) if len(line) <= MAX_CHUNK_LINE else None
+    return None if match is None else int(match.group(1), 16)
+
+
+def is_trailer(line: bytes) -> bool:
+    return len(line) <= MAX_CHUNK_LINE and TRAILER_LINE.fullmatch(line) is not None
 
 
 def end_to_end(headers: Headers) -> Headers:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from worker.runner import http1
 from worker.runner.proxy_rules import Head
 
 log = logging.getLogger("baton.proxy")
 _CHUNK = 256 * 1024
-_MAX_CHUNK_LINE = 4096
-_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(;[\t\x20-\x7e]*)?\r\n")
-_TRAILER_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n")
 
 
 class BadBody(ValueError):
@@ -96,11 +93,10 @@ async def forward_body(
 
     while True:
         line = await _line(src)
-        match = _CHUNK_LINE.fullmatch(line)
-        if match is None:
+        size = http1.chunk_size(line)
+        if size is None:
             raise BadBody("chunk size line")
         send(line)
-        size = int(match.group(1), 16)
         if size == 0:
             break
         await _copy(src, dst, size, count, idle)
@@ -108,7 +104,7 @@ async def forward_body(
             raise BadBody("chunk not followed by CRLF")
         send(b"\r\n")
     while (line := await _line(src)) != b"\r\n":
-        if not _TRAILER_LINE.fullmatch(line):
+        if not http1.is_trailer(line):
             raise BadBody("trailer line")
         send(line)
     send(line)
@@ -120,7 +116,7 @@ async def _line(src: asyncio.StreamReader) -> bytes:
         line = await src.readuntil(b"\r\n")
     except asyncio.LimitOverrunError:
         raise BadBody("line too long") from None
-    if len(line) > _MAX_CHUNK_LINE:
+    if len(line) > http1.MAX_CHUNK_LINE:
         raise BadBody("line too long")
     return line
 

@@ -213,10 +213,12 @@ class GatewayServer:
         try:
             async with asyncio.timeout(IDLE_TIMEOUT):
                 body = await _body(reader, framing)
-        except (TimeoutError, asyncio.LimitOverrunError):
-            body = None
-        if body is None:
-            return Refusal(Reason.TOO_LARGE, f"the body is over {MAX_BODY_BYTES} bytes, or badly framed")
+        except TimeoutError:
+            return Refusal(Reason.BAD_REQUEST, f"the body did not arrive within {IDLE_TIMEOUT:.0f} s")
+        except asyncio.LimitOverrunError:
+            return Refusal(Reason.BAD_REQUEST, "a line of the chunked body is too long")
+        if isinstance(body, Refusal):
+            return body
         method, target, version = request
         return _Asked(
             method, target, body, started, close=http1.wants_close(version, headers), headers=headers
@@ -421,29 +423,28 @@ class GatewayServer:
             raise _Closed
 
 
-async def _body(reader: asyncio.StreamReader, framing: tuple[int, bool]) -> bytes | None:
-    """The body as framed (Content-Length or chunked); None past the cap, or badly chunked."""
+async def _body(reader: asyncio.StreamReader, framing: tuple[int, bool]) -> bytes | Refusal:
+    """The body as framed (Content-Length or chunked, by ``http1``'s grammar, the proxy's too)."""
     length, chunked = framing
+    too_large = Refusal(Reason.TOO_LARGE, f"the body is over {MAX_BODY_BYTES} bytes")
     if not chunked:
         if length > MAX_BODY_BYTES:
-            return None
+            return too_large
         return await reader.readexactly(length) if length else b""
+    badly = Refusal(Reason.BAD_REQUEST, "the chunked body is not framed as HTTP/1.1 says")
     data = bytearray()
-    while True:
-        size_text = (await reader.readuntil(b"\r\n"))[:-2].split(b";", 1)[0].strip()
-        if not size_text or len(size_text) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
-            return None
-        size = int(size_text, 16)
-        if size == 0:
-            while (trailer := await reader.readuntil(b"\r\n")) != b"\r\n":
-                if len(trailer) > 4096:
-                    return None
-            return bytes(data)
+    while (size := http1.chunk_size(await reader.readuntil(b"\r\n"))) != 0:
+        if size is None:
+            return badly
         if len(data) + size > MAX_BODY_BYTES:
-            return None
+            return too_large
         data += await reader.readexactly(size)
         if await reader.readexactly(2) != b"\r\n":
-            return None
+            return badly
+    while (trailer := await reader.readuntil(b"\r\n")) != b"\r\n":
+        if not http1.is_trailer(trailer):
+            return badly
+    return bytes(data)
 
 
 def _url(upstream: Upstream, admitted: _admit.Admitted) -> str:

@@ -316,6 +316,45 @@ def test_malformed_requests_are_refused_and_the_connection_closed(tmp_path: Path
     assert folded.startswith(b"HTTP/1.1 400 ")
 
 
+def _chunked(body: bytes, *, size_line: bytes | None = None) -> bytes:
+    """A Messages call with its body sent chunked (in two chunks), closing the connection after."""
+    half = len(body) // 2
+    first = size_line if size_line is not None else b"%x\r\n" % half
+    return (
+        b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"x-api-key: " + PLACEHOLDER.encode() + b"\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + first + body[:half] + b"\r\n" + b"%x\r\n" % (len(body) - half) + body[half:] + b"\r\n0\r\n\r\n"
+    )  # fmt: skip
+
+
+def test_a_chunked_body_reaches_the_provider_whole(tmp_path: Path, anthropic_request: dict[str, Any]) -> None:
+    body = json.dumps({**anthropic_request, "stream": False}).encode()
+    with opened(tmp_path) as o:
+        answer = raw_exchange(o.gw.socket_path, _chunked(body))
+        seen = o.standin.requests()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert [r["body"]["messages"] for r in seen] == [anthropic_request["messages"]]
+
+
+@pytest.mark.parametrize(
+    "size_line",
+    [b"10 \r\n", b" 10\r\n", b"10;ext\x01\r\n", b"0x10\r\n", b"\r\n"],
+    ids=["space-after", "space-before", "control-in-extension", "0x-prefix", "empty"],
+)
+def test_a_chunk_size_line_outside_the_grammar_is_refused_and_goes_nowhere(
+    tmp_path: Path, anthropic_request: dict[str, Any], size_line: bytes
+) -> None:
+    body = json.dumps({**anthropic_request, "stream": False}).encode()
+    with opened(tmp_path) as o:
+        answer = raw_exchange(o.gw.socket_path, _chunked(body, size_line=size_line))
+        seen = o.standin.requests()
+        entry = o.gw.journal.to_data()["entries"][-1]
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"Connection: close" in answer
+    assert entry["reason"] == "bad-request"
+    assert seen == []
+
+
 def test_one_connection_carries_many_calls(tmp_path: Path, anthropic_request: dict[str, Any]) -> None:
     body = json.dumps({**anthropic_request, "stream": False}).encode()
     one = (
