@@ -71,51 +71,47 @@ class PriceTable:
         return self.default, "default"
 
 
-def _p(input: float, output: float, cache_read: float, cache_write: float) -> Price:
-    return Price(input, output, cache_read, cache_write)
-
-
 #: The vendors' list prices per million tokens (input, output, cache read, cache write), as checked on
 #: ``CHECKED`` from the vendors' pricing pages (OpenAI's through secondary copies: see docs/operators.md).
 #: Each provider ends with ``*``, its dearest price, for the models this table does not name; long-
 #: context surcharges (Gemini above 200k tokens) are not modelled.
 BUILTIN = PriceTable(
     entries=(
-        Entry("anthropic", "claude-opus-4-0*", _p(15, 75, 1.5, 18.75)),
-        Entry("anthropic", "claude-opus-4-1*", _p(15, 75, 1.5, 18.75)),
-        Entry("anthropic", "claude-opus-4-2025*", _p(15, 75, 1.5, 18.75)),
-        Entry("anthropic", "claude-opus-*", _p(5, 25, 0.5, 6.25)),
-        Entry("anthropic", "claude-fable-*", _p(10, 50, 1, 12.5)),
-        Entry("anthropic", "claude-mythos-*", _p(10, 50, 1, 12.5)),
-        Entry("anthropic", "claude-sonnet-5*", _p(2, 10, 0.2, 2.5)),
-        Entry("anthropic", "claude-sonnet-*", _p(3, 15, 0.3, 3.75)),
-        Entry("anthropic", "claude-haiku-4*", _p(1, 5, 0.1, 1.25)),
-        Entry("anthropic", "*", _p(15, 75, 1.5, 18.75)),
-        Entry("openai", "gpt-5.6-sol*", _p(5, 30, 0.5, 6.25)),
-        Entry("openai", "gpt-5.6-terra*", _p(2.5, 15, 0.25, 3.125)),
-        Entry("openai", "gpt-5.6-luna*", _p(1, 6, 0.1, 1.25)),
-        Entry("openai", "gpt-5.[45]-pro*", _p(30, 180, 30, 0)),
-        Entry("openai", "gpt-5.5*", _p(5, 30, 0.5, 0)),
-        Entry("openai", "gpt-5.4-mini*", _p(0.75, 4.5, 0.075, 0)),
-        Entry("openai", "gpt-5.4-nano*", _p(0.2, 1.25, 0.02, 0)),
-        Entry("openai", "gpt-5.4*", _p(2.5, 15, 0.25, 0)),
-        Entry("openai", "gpt-5*-mini*", _p(0.25, 2, 0.025, 0)),
-        Entry("openai", "gpt-5*-nano*", _p(0.05, 0.4, 0.005, 0)),
-        Entry("openai", "gpt-5*", _p(1.25, 10, 0.125, 0)),
-        Entry("openai", "o3*", _p(2, 8, 0.5, 0)),
-        Entry("openai", "o4-mini*", _p(1.1, 4.4, 0.275, 0)),
-        Entry("openai", "*", _p(30, 180, 30, 0)),
-        Entry("gemini", "gemini-3.5-flash*", _p(1.5, 9, 0.15, 0)),
-        Entry("gemini", "gemini-3*-pro*", _p(2, 12, 0.2, 0)),
-        Entry("gemini", "gemini-3*-flash-lite*", _p(0.25, 1.5, 0.025, 0)),
-        Entry("gemini", "gemini-3*-flash*", _p(0.5, 3, 0.05, 0)),
-        Entry("gemini", "gemini-2.5-pro*", _p(1.25, 10, 0.125, 0)),
-        Entry("gemini", "gemini-2.5-flash-lite*", _p(0.1, 0.4, 0.01, 0)),
-        Entry("gemini", "gemini-2.5-flash*", _p(0.3, 2.5, 0.03, 0)),
-        Entry("gemini", "*", _p(4, 18, 0.4, 0)),
+        Entry("anthropic", "claude-opus-4-0*", Price(15, 75, 1.5, 18.75)),
+        Entry("anthropic", "claude-opus-4-1*", Price(15, 75, 1.5, 18.75)),
+        Entry("anthropic", "claude-opus-4-2025*", Price(15, 75, 1.5, 18.75)),
+        Entry("anthropic", "claude-opus-*", Price(5, 25, 0.5, 6.25)),
+        Entry("anthropic", "claude-fable-*", Price(10, 50, 1, 12.5)),
+        Entry("anthropic", "claude-mythos-*", Price(10, 50, 1, 12.5)),
+        Entry("anthropic", "claude-sonnet-5*", Price(2, 10, 0.2, 2.5)),
+        Entry("anthropic", "claude-sonnet-*", Price(3, 15, 0.3, 3.75)),
+        Entry("anthropic", "claude-haiku-4*", Price(1, 5, 0.1, 1.25)),
+        Entry("anthropic", "*", Price(15, 75, 1.5, 18.75)),
+        Entry("openai", "gpt-5.6-sol*", Price(5, 30, 0.5, 6.25)),
+        Entry("openai", "gpt-5.6-terra*", Price(2.5, 15, 0.25, 3.125)),
+        Entry("openai", "gpt-5.6-luna*", Price(1, 6, 0.1, 1.25)),
+        Entry("openai", "gpt-5.[45]-pro*", Price(30, 180, 30, 0)),
+        Entry("openai", "gpt-5.5*", Price(5, 30, 0.5, 0)),
+        Entry("openai", "gpt-5.4-mini*", Price(0.75, 4.5, 0.075, 0)),
+        Entry("openai", "gpt-5.4-nano*", Price(0.2, 1.25, 0.02, 0)),
+        Entry("openai", "gpt-5.4*", Price(2.5, 15, 0.25, 0)),
+        Entry("openai", "gpt-5*-mini*", Price(0.25, 2, 0.025, 0)),
+        Entry("openai", "gpt-5*-nano*", Price(0.05, 0.4, 0.005, 0)),
+        Entry("openai", "gpt-5*", Price(1.25, 10, 0.125, 0)),
+        Entry("openai", "o3*", Price(2, 8, 0.5, 0)),
+        Entry("openai", "o4-mini*", Price(1.1, 4.4, 0.275, 0)),
+        Entry("openai", "*", Price(30, 180, 30, 6.25)),
+        Entry("gemini", "gemini-3.5-flash*", Price(1.5, 9, 0.15, 0)),
+        Entry("gemini", "gemini-3*-pro*", Price(2, 12, 0.2, 0)),
+        Entry("gemini", "gemini-3*-flash-lite*", Price(0.25, 1.5, 0.025, 0)),
+        Entry("gemini", "gemini-3*-flash*", Price(0.5, 3, 0.05, 0)),
+        Entry("gemini", "gemini-2.5-pro*", Price(1.25, 10, 0.125, 0)),
+        Entry("gemini", "gemini-2.5-flash-lite*", Price(0.1, 0.4, 0.01, 0)),
+        Entry("gemini", "gemini-2.5-flash*", Price(0.3, 2.5, 0.03, 0)),
+        Entry("gemini", "*", Price(4, 18, 0.4, 0)),
     ),
     # The dearest price above, for a provider the table has no entry for (the OpenAI-compatible ones).
-    default=_p(30, 180, 30, 18.75),
+    default=Price(30, 180, 30, 18.75),
 )
 
 

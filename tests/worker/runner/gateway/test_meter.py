@@ -256,3 +256,13 @@ def test_openai_cache_writes_are_taken_out_of_the_input_and_priced_as_writes() -
     price, matched = BUILTIN.price("openai", "gpt-5.6-sol")
     assert matched == "openai/gpt-5.6-sol*"
     assert price.cost(found) == pytest.approx((704 * 5 + 10 * 30 + 4096 * 0.5 + 200 * 6.25) / 1e6)
+
+
+def test_each_providers_fallback_is_its_dearest_price_in_every_column() -> None:
+    """A model the table does not name (a new one) is never priced below a named one: the cap fails closed."""
+    for provider in ("anthropic", "openai", "gemini"):
+        named = [e.price for e in BUILTIN.entries if e.provider == provider and e.model != "*"]
+        fallback, matched = BUILTIN.price(provider, "a-model-from-next-year")
+        assert matched == f"{provider}/*"
+        for column in ("input", "output", "cache_read", "cache_write"):
+            assert getattr(fallback, column) >= max(getattr(p, column) for p in named), (provider, column)
