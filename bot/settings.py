@@ -8,6 +8,7 @@ a silently ignored setting is worse than a refused start.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -278,6 +279,16 @@ def _routes(raw: str | None) -> tuple[tuple[str, str, int], ...]:
         return tuple(parse_route(part) for part in (raw or "").split(",") if part.strip())
     except ValueError as exc:
         raise ConfigError("bad-setting", f"BATON_AGENT_ROUTES: {exc}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` (a URL's hostname) this machine: ``localhost`` or a loopback address?"""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def plain_http_url(url: str) -> bool:

@@ -109,8 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
         standin = self.server.standin
         split = urlsplit(self.path)
         path = split.path.rstrip("/")
-        counting = self.command == "POST" and path in COUNT_PATHS
-        dialect = (COUNT_PATHS if counting else DIALECTS).get(path) if self.command == "POST" else None
+        counting = path in COUNT_PATHS
+        dialect = (DIALECTS.get(path) or COUNT_PATHS.get(path)) if self.command == "POST" else None
         headers, auth = self._headers()
         self.entry: JSONObject = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),

@@ -104,12 +104,10 @@ def fresh(redis_url: str) -> Context:
 def model_upstreams(config: settings.Settings) -> Mapping[str, str]:
     """BATON_MODEL_UPSTREAMS, each provider checked against the ones the gateway serves."""
     for name, _ in config.model_upstreams:
-        if name not in providers.WIRES:
-            raise ConfigError(
-                "bad-setting",
-                f"BATON_MODEL_UPSTREAMS: {name!r} is not a provider the model "
-                f"gateway serves ({', '.join(sorted(providers.WIRES))})",
-            )
+        try:
+            providers.served(name)
+        except ValueError as exc:
+            raise ConfigError("bad-setting", f"BATON_MODEL_UPSTREAMS: {exc}") from None
     return MappingProxyType(dict(config.model_upstreams))
 
 

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlsplit
 
-from bot.settings import KNOWN, redact_url
+from bot.settings import KNOWN, is_loopback, redact_url
 from worker.runner.probe import Probe
 
 DEPLOY_DOC = "docs/deploy.md"
@@ -581,16 +582,13 @@ def model_gateway(upstreams: Sequence[Upstream], prices: str, prices_error: str 
             f"the gateway; prices: {prices}",
             "set the keys of the providers your policies name, on every worker machine",
         )
-    clear = [u for u in usable if u.url.startswith("http://") and not _loopback(u.url)]
+    clear = [
+        u for u in usable if u.url.startswith("http://") and not is_loopback(urlsplit(u.url).hostname or "")
+    ]
     if clear:
         return Check(name, Status.WARN, f"{detail}; {', '.join(u.provider for u in clear)} over plain http",
                      "use https: the gateway sends the key with every call")  # fmt: skip
     return Check(name, Status.OK, detail)
-
-
-def _loopback(url: str) -> bool:
-    host = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-    return host in ("127.0.0.1", "localhost", "::1")
 
 
 # -- 8. agent CLIs ------------------------------------------------------------------------------

@@ -28,10 +28,11 @@ from bot.errors import ConfigError
 from worker import context
 from worker.commands import _files
 from worker.commands._policy_files import add_org_flag, read_doc, report
-from worker.policy import MODEL_KEYS, Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
-from worker.runner import inspect_git
+from worker.policy import Policy, PolicyDoc, PolicyError, UnknownAgent, merge, org_policy, parse
+from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
 from worker.runner.gateway import providers
+from worker.runner.gateway.spend import usd
 
 EXIT_BAD_INPUT = 1
 REPO_POLICY = ".github/baton.yml"
@@ -92,7 +93,7 @@ def run_command(args: argparse.Namespace) -> int:
     request = runner.RunRequest(
         agent=args.agent, repo=repo, base=base, issue=issue, policy=policy, repo_private=args.private,
         offline=args.offline, env_values=_env_values(policy, args.agent),
-        model_keys={name: os.environ[name] for name in MODEL_KEYS if os.environ.get(name)},
+        model_keys=gateway.worker_keys(os.environ),
         egress_routes=routes, model_upstreams=upstreams, prices=prices,
     )  # fmt: skip
     try:
@@ -145,12 +146,9 @@ def read_issue(path: Path) -> runner.Issue:
 def _upstream(text: str) -> tuple[str, str]:
     try:
         name, url = settings.parse_upstream(text)
+        return providers.served(name), url
     except ValueError as exc:
         raise ValueError(f"--upstream {exc}") from None
-    if name not in providers.WIRES:
-        raise ValueError(f"--upstream {text!r}: {name!r} is not a provider the model gateway serves "
-                         f"({', '.join(sorted(providers.WIRES))})")  # fmt: skip
-    return name, url
 
 
 def _route(text: str) -> tuple[str, tuple[str, int]]:
@@ -180,7 +178,7 @@ def _print(record: runner.RunRecord) -> None:
         totals = record.model["totals"]
         print(
             f"  model: {totals['calls']} calls, {totals['refused']} refused, "
-            f"{totals['input_tokens']} tokens in, {totals['output_tokens']} out, ${totals['cost_usd']:.4f}"
+            f"{totals['input_tokens']} tokens in, {totals['output_tokens']} out, {usd(totals['cost_usd'])}"
         )
     for violation in record.violations:
         print(f"  violation {violation}")

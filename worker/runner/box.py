@@ -74,7 +74,7 @@ PROXY_SOCKET = "/run/baton/proxy.sock"
 PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 GATEWAY_SOCKET = "/run/baton/model.sock"
-#: Where the box reaches the model gateway (worker.runner.gateway.IN_BOX_PORT says the same).
+#: Where the box reaches the model gateway: a second forwarder, to ``GATEWAY_SOCKET``.
 GATEWAY_PORT = 3129
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 MiB = 1024 * 1024

@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ from worker.policy import (
 )
 from worker.policy.load import reserved_env
 from worker.publish import status_now
-from worker.runner import inspect_git
+from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
 from worker.runs import admit, cancel, report
 from worker.runs.identity import bot_identity
@@ -307,7 +307,7 @@ def _request(
         offline=plan.offline,
         run_id=task.id,
         env_values={name: os.environ[name] for name in _env_names(policy, plan.agent) if name in os.environ},
-        model_keys={name: os.environ[name] for name in MODEL_KEYS if os.environ.get(name)},
+        model_keys=gateway.worker_keys(os.environ),
         max_seconds=admit.seconds_left(ctx, task, policy),
         egress_routes={host: (ip, port) for host, ip, port in ctx.agent_routes},
         model_upstreams=ctx.model_upstreams,
@@ -435,11 +435,7 @@ def _receipts(
             kind = statement.AGENT_RUN
             predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number,
                                            base=base, diff_digest=digest, record=record)  # fmt: skip
-        signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
-                                 predicate_type=kind, predicate=predicate)  # fmt: skip
-        replay.remember_receipt(ctx.redis, task.id, name, installation, signed.index)
-        audit.note(ctx.redis, installation, task.id, "signed", check=name, log_index=signed.index)
-        return signed
+        return _attest(ctx, task, installation, name, subjects=subjects, kind=kind, predicate=predicate)
 
     return sign
 
@@ -450,16 +446,26 @@ def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Mapping[str,
     base = str(record["base"])
     predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
                                    diff_digest="", record=record)  # fmt: skip
-    signed = receipts.attest(
-        ctx.signer,
-        ctx.redis,
-        installation,
-        subjects=[receipts.commit_subject(repo.full_name, base)],
-        predicate_type=statement.AGENT_RUN,
-        predicate=predicate,
-    )
-    replay.remember_receipt(ctx.redis, task.id, report.AGENT_CHECK, installation, signed.index)
-    audit.note(ctx.redis, installation, task.id, "signed", check=report.AGENT_CHECK, log_index=signed.index)
+    subjects = [receipts.commit_subject(repo.full_name, base)]
+    return _attest(ctx, task, installation, report.AGENT_CHECK, subjects=subjects, kind=statement.AGENT_RUN,
+                   predicate=predicate)  # fmt: skip
+
+
+def _attest(
+    ctx: Context,
+    task: Task,
+    installation: int,
+    check: str,
+    *,
+    subjects: Sequence[statement.Subject],
+    kind: str,
+    predicate: Mapping[str, object],
+) -> receipts.Receipt:
+    """Sign one check run's receipt into the installation's log, and remember where it is."""
+    signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
+                             predicate_type=kind, predicate=predicate)  # fmt: skip
+    replay.remember_receipt(ctx.redis, task.id, check, installation, signed.index)
+    audit.note(ctx.redis, installation, task.id, "signed", check=check, log_index=signed.index)
     return signed
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import fcntl
-import ipaddress
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bot.errors import BatonError
+from bot.settings import is_loopback
 
 #: Stable error codes (tests and logs match on these, never on messages).
 FETCH_FAILED = "git-fetch-failed"
@@ -51,7 +51,6 @@ REDACTED = "<redacted>"
 
 #: An askpass that answers nothing, so git never waits for a password on a 401.
 _ASKPASS = next((p for p in ("/bin/false", "/usr/bin/false") if os.access(p, os.X_OK)), "")
-_LOOPBACK_NAMES = frozenset({"localhost"})
 _OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 #: Longest tail of git's stderr an error message carries.
 _STDERR_TAIL = 800
@@ -143,17 +142,8 @@ def _check_url(url: str) -> None:
     if not parts.hostname or parts.query or parts.fragment:
         raise ValueError(f"the remote URL {url!r} needs a host and no query or fragment")
     _ = parts.port  # raises ValueError for a malformed port
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         raise ValueError(f"the remote URL {url!r} is plain http to another machine; use https")
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_branch(branch: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from worker.lifecycle import State
 from worker.messages import fenced, inert
+from worker.runner.gateway.journal import VIOLATION_PREFIX
 from worker.runner.gateway.spend import usd
 from worker.status import Status
 
@@ -257,7 +258,7 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             f"{inert(str(v.get('detail')), 300)}"
             for v in listed
         ]
-        asked = any(str(v.get("code", "")).startswith("model-") for v in listed)
+        asked = any(str(v.get("code", "")).startswith(VIOLATION_PREFIX) for v in listed)
         return Status(
             State.FAILED,
             task_id,

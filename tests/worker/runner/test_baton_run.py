@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,11 @@ agents:
     model_endpoints: [api.anthropic.com]
     env: [ANTHROPIC_API_KEY]
     timeout: 15s
+  asker:
+    adapter: script
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.anthropic.com]
+    env: [ANTHROPIC_API_KEY]
   codex:
     adapter: codex
     tools: [read_repo, edit_files, run_shell]
@@ -133,6 +139,23 @@ def test_bad_input_is_exit_1_with_a_clear_line(tmp_path: Path, repo: Path) -> No
     assert "cannot read the issue file" in record["stderr"]
 
 
+@pytest.mark.parametrize(
+    ("upstream", "said"),
+    [
+        ("claude=http://127.0.0.1:9", "--upstream 'claude' is not a provider the model gateway serves"),
+        ("anthropic=ftp://127.0.0.1", "--upstream 'anthropic=ftp://127.0.0.1': expected PROVIDER=URL"),
+    ],
+)
+def test_a_bad_upstream_is_exit_1_and_runs_nothing(
+    tmp_path: Path, repo: Path, upstream: str, said: str
+) -> None:
+    issue = _issue(tmp_path, [{"op": "write", "path": "hello.txt", "content": "hello\n"}])
+    code, record = _baton_run(tmp_path, repo, "asker", issue, "--upstream", upstream)
+    assert code == 1
+    assert said in record["stderr"]
+    assert "baton/run-" not in git(repo, "branch", "--list", "baton/*")
+
+
 def test_the_real_claude_code_cli_edits_through_the_box_and_talks_only_to_its_model(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
@@ -153,6 +176,31 @@ def test_the_real_claude_code_cli_edits_through_the_box_and_talks_only_to_its_mo
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.anthropic.com", True)}
     assert requests
     assert all(r["path"].startswith(("/v1/messages", "/")) for r in requests)
+
+
+def test_the_printed_run_says_what_the_model_calls_were_and_cost(tmp_path: Path, repo: Path) -> None:
+    ask = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                      "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    steps = [
+        {"op": "http", "url": "${BATON_MODEL_BASE_URL}/anthropic/v1/messages", "data": ask,
+         "headers": {"content-type": "application/json", "x-api-key": "${BATON_MODEL_KEY}"}},
+        {"op": "write", "path": "hello.txt", "content": "hello\n"},
+    ]  # fmt: skip
+    org = tmp_path / "org.yml"
+    org.write_text(ORG)
+    with ModelStandin([{"text": "Hi."}], api_key="sk-test-not-a-secret") as model:
+        done = subprocess.run(
+            [sys.executable, "-m", "bot.cli", "run", "--agent", "asker", "--repo", str(repo), "--issue-file",
+             str(_issue(tmp_path, steps)), "--org", str(org), "--upstream", f"anthropic={model.url}"],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "ANTHROPIC_API_KEY": "sk-test-not-a-secret"},
+        )  # fmt: skip
+        answered = len(model.requests())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert answered == 1
+    assert re.search(r"^  model: 1 calls, 0 refused, [1-9]\d* tokens in, [1-9]\d* out, \$\d+\.\d{4}$",
+                     done.stdout, re.MULTILINE), done.stdout  # fmt: skip
+    assert "sk-test-not-a-secret" not in done.stdout
 
 
 def test_the_worker_decides_with_the_probes_answer(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from worker.policy import Agent
+from worker.policy import MODEL_KEYS, Agent
+from worker.runner.box import GATEWAY_PORT
 from worker.runner.gateway import providers
 from worker.runner.gateway.engine import engine
 from worker.runner.gateway.journal import Journal
@@ -60,10 +61,11 @@ __all__ = [
     "Upstream",
     "placeholder",
     "upstreams_for",
+    "worker_keys",
 ]
 
 #: Where the box reaches the gateway: a forwarder on the box's loopback to the gateway's socket.
-IN_BOX_PORT = 3129
+IN_BOX_PORT = GATEWAY_PORT
 IN_BOX_URL = f"http://127.0.0.1:{IN_BOX_PORT}"
 #: How long ``stop`` waits for requests in flight.
 STOP_TIMEOUT = 10.0
@@ -72,6 +74,11 @@ STOP_TIMEOUT = 10.0
 def placeholder() -> str:
     """A run's placeholder credential: random, and worth nothing anywhere but its own gateway."""
     return "baton-placeholder-" + secrets.token_urlsafe(24)
+
+
+def worker_keys(environ: Mapping[str, str]) -> dict[str, str]:
+    """The model keys in the worker's environment (``MODEL_KEYS``): the gateway's, never the box's."""
+    return {name: environ[name] for name in MODEL_KEYS if environ.get(name)}
 
 
 def upstreams_for(

@@ -89,7 +89,7 @@ def admit(
             return refused
     if method in ("HEAD", "GET") and not body:
         return Probe(split[0].lstrip("/").partition("/")[0])
-    where = operations.route(method, target, granted)
+    where = operations.route(method, split[0], pairs, granted)
     if isinstance(where, Refusal):
         return where
     if not found:

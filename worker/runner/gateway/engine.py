@@ -53,7 +53,7 @@ class Engine:
         A transport, not a client: it keeps no cookies (one run's answer must not put anything in
         another run's requests; the pool serves every run of the process, whatever their orgs),
         follows no redirect, adds no header of its own and does not use the worker's HTTP(S)_PROXY.
-        It is also the cheaper path: the client's layers cost a tenth of a call (bench/RESULTS.md)."""
+        It is also cheaper: the client's layers were a tenth of the gateway's time (bench/RESULTS.md)."""
         if self._transport is None:
             self._transport = httpx.AsyncHTTPTransport(limits=UPSTREAM_LIMITS, trust_env=False, retries=0)
         return self._transport

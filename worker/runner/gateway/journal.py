@@ -27,6 +27,8 @@ MAX_VIOLATIONS = 50
 MAX_TARGET = 200
 
 ANSWERED, REFUSED, FAILED, PROBE = "answered", "refused", "failed", "probe"
+#: A run's violations the gateway found are coded ``model-<reason>`` (``model-foreign-credential``).
+VIOLATION_PREFIX = "model-"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ class Journal:
         with self._lock:
             return [
                 {
-                    "code": f"model-{reason}",
+                    "code": VIOLATION_PREFIX + reason,
                     "path": f"model API {target}",
                     "detail": detail + (f" (x{count})" if count > 1 else ""),
                 }

@@ -23,9 +23,8 @@ slash, so no second reading of it can name another endpoint.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 from worker.runner.gateway.providers import Protocol, Wire
 from worker.runner.gateway.refusals import Reason, Refusal, shown
@@ -57,8 +56,6 @@ class Operation:
 class Target:
     provider: str
     operation: Operation
-    #: Credential values found in the query, for the credential check.
-    query_credentials: tuple[tuple[str, str], ...]
 
 
 #: (protocol, path) -> operation name and whether it is metered; allowed non-credential query values.
@@ -84,15 +81,14 @@ def split_target(target: str) -> tuple[str, str] | None:
     return path, query
 
 
-def route(method: str, target: str, granted: Mapping[str, Wire]) -> Target | Refusal:
+def route(
+    method: str, path: str, query: Sequence[tuple[str, str]], granted: Mapping[str, Wire]
+) -> Target | Refusal:
     """The operation a request asks for, or why it is not one the gateway passes on.
 
+    ``path`` and ``query`` (its parameters, parsed): the target, split by ``split_target``.
     ``granted``: the providers this run's agent may reach (its ``model_endpoints``).
     """
-    split = split_target(target)
-    if split is None:
-        return Refusal(Reason.BAD_REQUEST, "the request target is not a path on the gateway")
-    path, raw_query = split
     if not _PATH.fullmatch(path) or "//" in path or "/./" in path or "/../" in path or path.endswith("/.."):
         return Refusal(Reason.NOT_INFERENCE, f"{shown(path)} is not a path the gateway knows")
     provider, _, rest = path[1:].partition("/")
@@ -112,16 +108,11 @@ def route(method: str, target: str, granted: Mapping[str, Wire]) -> Target | Ref
         )
     if method != "POST":
         return Refusal(Reason.NOT_INFERENCE, f"{method} {shown('/' + rest)}: only POST is passed on")
-    try:
-        pairs = parse_qsl(raw_query, keep_blank_values=True, strict_parsing=True) if raw_query else []
-    except ValueError:
-        return Refusal(Reason.BAD_REQUEST, "the query string does not parse")
-    credentials = tuple((k, v) for k, v in pairs if k.lower() in CREDENTIAL_PARAMS)
     allowed = _QUERY.get(found.protocol, {})
     kept: list[tuple[str, str]] = []
-    for name, value in pairs:
+    for name, value in query:
         if name.lower() in CREDENTIAL_PARAMS:
-            continue
+            continue  # judged as a credential, never sent on
         if value not in allowed.get(name, frozenset()):
             return Refusal(
                 Reason.UNKNOWN_SHAPE,
@@ -131,7 +122,7 @@ def route(method: str, target: str, granted: Mapping[str, Wire]) -> Target | Ref
     operation = Operation(
         found.protocol, found.name, found.path, tuple(kept), found.model, found.metered, found.streams
     )
-    return Target(provider, operation, credentials)
+    return Target(provider, operation)
 
 
 def _operation(wire: Wire, path: str) -> Operation | None:

@@ -82,6 +82,13 @@ WIRES: Mapping[str, Wire] = MappingProxyType(
 HOSTS: Mapping[str, str] = MappingProxyType({p.name: host for host, p in MODEL_PROVIDERS.items()})
 
 
+def served(name: str) -> str:
+    """``name`` if the gateway serves that provider; a ValueError naming the ones it does if not."""
+    if name not in WIRES:
+        raise ValueError(f"{name!r} is not a provider the model gateway serves ({', '.join(sorted(WIRES))})")
+    return name
+
+
 def provider_of(host: str) -> str | None:
     """The provider a policy's model endpoint names, or None if the gateway serves no such host."""
     found = MODEL_PROVIDERS.get(host)

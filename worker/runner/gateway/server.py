@@ -261,13 +261,10 @@ class GatewayServer:
     async def _charge(self, cost: float) -> None:
         """Count ``cost`` in the day budgets (off the loop: the ledger may block on Redis)."""
         if cost > 0 and self.config.cap.ledger is not None:
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self.config.cap.ledger.charge, cost)
-            except Exception as exc:
-                log.warning("model gateway: could not count %s of model spend: %r", usd(cost), exc)
+            await asyncio.get_running_loop().run_in_executor(None, self._charge_now, cost)
 
     def _charge_now(self, cost: float) -> None:
-        """The same, where there is no waiting any more (the call is being cancelled)."""
+        """The same, on this thread: where there is no waiting any more (the call is being cancelled)."""
         if cost > 0 and self.config.cap.ledger is not None:
             try:
                 self.config.cap.ledger.charge(cost)

@@ -65,8 +65,8 @@ class Walk:
                 reason, why = banned[key]
                 if reason is Reason.SERVER_TOOL and self.server_tools:
                     continue
-                self.refuse(reason, _join(where, key), why)
-            self.refuse(Reason.UNKNOWN_SHAPE, _join(where, key), "not a field Baton knows; refused")
+                self.refuse(reason, field(where, key), why)
+            self.refuse(Reason.UNKNOWN_SHAPE, field(where, key), "not a field Baton knows; refused")
         for key in required:
             if key not in value:
                 self.refuse(Reason.UNKNOWN_SHAPE, where, f"{key!r} is missing")
@@ -115,8 +115,8 @@ class Walk:
         if why is not None:
             if why[0] is Reason.SERVER_TOOL and self.server_tools:
                 return
-            self.refuse(why[0], _join(where, "type"), f"{shown(kind)}: {why[1]}")
-        self.refuse(Reason.UNKNOWN_SHAPE, _join(where, "type"), f"{shown(kind)} is not a type Baton knows")
+            self.refuse(why[0], field(where, "type"), f"{shown(kind)}: {why[1]}")
+        self.refuse(Reason.UNKNOWN_SHAPE, field(where, "type"), f"{shown(kind)} is not a type Baton knows")
 
     def server(self, where: str, text: str) -> None:
         """A server tool found outside a ``type`` (a field, a caller, a model name): refused, unless
@@ -157,16 +157,12 @@ def names(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-def _join(where: str, key: str) -> str:
+def field(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
 def at(where: str, index: int) -> str:
     return f"{where}[{index}]"
-
-
-def field(where: str, key: str) -> str:
-    return _join(where, key)
 
 
 def _kind(value: object) -> str:

@@ -449,6 +449,11 @@ def test_an_unknown_query_parameter_is_refused() -> None:
     refused(judge("/anthropic/v1/messages?beta=false", claude_body()), Reason.UNKNOWN_SHAPE)
 
 
+def test_a_query_string_that_does_not_parse_is_refused() -> None:
+    found = refused(judge("/anthropic/v1/messages?beta", claude_body()), Reason.BAD_REQUEST)
+    assert "query string" in found.detail
+
+
 # -- the provider may not reach the network for the agent ------------------------------------------
 
 
