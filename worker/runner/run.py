@@ -17,7 +17,8 @@ violation, and the agent's own result fields.
 A ``stop`` event (set by whoever saw ``/baton cancel``) ends the run: before the
 box starts nothing is started, while the agent runs the box is stopped; either
 way nothing is inspected or committed. The gateway stops the box the same way
-when a call is refused for the spend cap; the run then ends ``over-budget``.
+when a call reaches the spend cap (or is refused for it); the run then ends
+``over-budget``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ gateway asks before each call and refuses the call once a scope has reached it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
@@ -419,18 +419,11 @@ class SpendLedger:
             for scope in capped:
                 pipe.hget(budget_key(scope, on), MODEL_USD)
             spent = [_number(v) for v in pipe.execute()]
-        found = [
-            Left(
-                float(s.max_model_spend_per_day or 0) - used,
-                float(s.max_model_spend_per_day or 0),
-                s.label,
-                _setting(s, "max_model_spend_per_day"),
-            )
-            for s, used in zip(capped, spent, strict=True)
-        ]
-        return min(found, key=lambda left: left.usd)
+        return _tightest(zip(capped, spent, strict=True))
 
-    def charge(self, usd: float) -> None:
+    def charge(self, usd: float) -> Left | None:
+        """Count ``usd`` in every scope, and say what that left in the tightest capped one (the
+        totals the increments return: no second read)."""
         if not (usd >= 0 and math.isfinite(usd)):
             raise ValueError(f"usd must be a finite number at least 0, got {usd}")
         on = day(datetime.now(UTC))
@@ -438,4 +431,15 @@ class SpendLedger:
             for scope in self.scopes:
                 pipe.hincrbyfloat(budget_key(scope, on), MODEL_USD, usd)
                 pipe.expire(budget_key(scope, on), BUDGET_TTL_S)
-            pipe.execute()
+            totals = [_number(v) for v in pipe.execute()[::2]]
+        return _tightest(zip(self.scopes, totals, strict=True))
+
+
+def _tightest(spent: Iterable[tuple[Scope, float]]) -> Left | None:
+    """The capped scope with the least left of its model dollars today (None: no scope is capped)."""
+    found = []
+    for scope, used in spent:
+        if scope.max_model_spend_per_day is not None:
+            cap = float(scope.max_model_spend_per_day)
+            found.append(Left(cap - used, cap, scope.label, _setting(scope, "max_model_spend_per_day")))
+    return min(found, key=lambda left: left.usd) if found else None

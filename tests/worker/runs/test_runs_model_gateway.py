@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,37 @@ def test_a_run_that_reaches_its_spend_cap_ends_over_budget_and_pushes_nothing(
         assert "limits.max_model_spend_per_run" in body
         assert "Model: 1 calls through Baton's model gateway" in body
         assert stage.admin.call("GET", "/state")["pulls"] == []
+
+
+def test_a_run_whose_calls_in_flight_together_pass_its_cap_ends_over_budget_without_another_call(
+    tmp_path: Path, redis_url: str, rdb: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap is checked before a call, so two calls in flight together both pass it. Reaching the cap
+    must still end the run, at once: not only when (or if) the agent makes one more call."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", REAL_KEY)
+    ask = json.dumps(
+        {"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    call = {"op": "http", "url": "${BATON_MODEL_BASE_URL}/anthropic/v1/messages", "data": ask,
+            "headers": {"content-type": "application/json", "x-api-key": "${BATON_MODEL_KEY}"}}  # fmt: skip
+    # The first call is still in flight (the agent stops waiting after 1 s) when the second is sent.
+    recipe = {"steps": [{**call, "timeout": 1}, call, {"op": "sleep", "seconds": 120}]}
+    script = [{"stall": {"seconds": 3, "then": "answer"}}, {"text": "Done."}]
+    dear = gateway.PriceTable((), gateway.Price(1e6, 1e6, 0, 0))
+    repo = REPO + "limits:\n  max_model_spend_per_run: 0.05\n"
+    with ModelStandin(script, api_key=REAL_KEY, workspace="/workspace") as slow:
+        for stage in _stage(tmp_path, redis_url, rdb, slow, repo=repo, prices=dear):
+            number = stage.issue_with(recipe)
+            started = time.monotonic()
+            done = _run(stage, number, "helper")
+            took = time.monotonic() - started
+            assert done["state"] == "failed", done
+            assert len(slow.requests()) == 2  # both passed the cap: it was not reached yet
+            body = stage.baton_comments(number)[-1]["body"]
+            assert "Over budget: the model spend cap was reached" in body
+            assert "limits.max_model_spend_per_run" in body
+            assert stage.admin.call("GET", "/state")["pulls"] == []
+            assert took < 60, f"the run went on for {took:.0f}s after reaching its cap"
 
 
 def test_a_day_whose_model_spend_is_gone_admits_no_run(

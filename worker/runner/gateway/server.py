@@ -40,7 +40,7 @@ from worker.runner.gateway.meter import Meter
 from worker.runner.gateway.prices import PriceTable
 from worker.runner.gateway.providers import Auth, Protocol, Wire
 from worker.runner.gateway.refusals import Reason, Refusal
-from worker.runner.gateway.spend import SpendCap, usd
+from worker.runner.gateway.spend import Left, SpendCap, usd
 
 log = logging.getLogger("baton.gateway")
 
@@ -230,22 +230,26 @@ class GatewayServer:
         """Refused when the run or its day has reached its model spend cap (counting inference only)."""
         if not admitted.operation.metered:
             return None
-        cap = self.config.cap
-        spent = self.journal.spent_usd
-        if cap.per_run_usd is not None and spent >= cap.per_run_usd:
-            return self._over(f"this run has spent {usd(spent)} of its {usd(cap.per_run_usd)} model budget "
-                              "(limits.max_model_spend_per_run)")  # fmt: skip
-        if cap.ledger is None:
+        reached = self._run_cap_reached()
+        if reached is not None:
+            return self._over(reached)
+        if self.config.cap.ledger is None:
             return None
         try:
-            left = await asyncio.get_running_loop().run_in_executor(None, cap.ledger.left)
+            left = await asyncio.get_running_loop().run_in_executor(None, self.config.cap.ledger.left)
         except Exception as exc:
             log.warning("model gateway: could not read the day's model spend: %r", exc)
             return Refusal(Reason.BUDGET_UNKNOWN, "Baton could not read today's model spend, so it refused")
-        if left is not None and left.usd <= 0:
-            return self._over(f"{left.scope} has spent {usd(left.limit - left.usd)} of its {usd(left.limit)} "
-                              f"model budget today (UTC; {left.setting})")  # fmt: skip
-        return None
+        reached = _day_cap_reached(left)
+        return None if reached is None else self._over(reached)
+
+    def _run_cap_reached(self) -> str | None:
+        cap, spent = self.config.cap.per_run_usd, self.journal.spent_usd
+        if cap is None or spent < cap:
+            return None
+        return (
+            f"this run has spent {usd(spent)} of its {usd(cap)} model budget (limits.max_model_spend_per_run)"
+        )
 
     def _over(self, text: str) -> Refusal:
         """The first refusal for the cap tells the runner, once, which stops the box."""
@@ -260,16 +264,28 @@ class GatewayServer:
 
     async def _charge(self, cost: float) -> None:
         """Count ``cost`` in the day budgets (off the loop: the ledger may block on Redis)."""
+        left = None
         if cost > 0 and self.config.cap.ledger is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._charge_now, cost)
+            left = await asyncio.get_running_loop().run_in_executor(None, self._count, cost)
+        self._reached(left)
 
     def _charge_now(self, cost: float) -> None:
         """The same, on this thread: where there is no waiting any more (the call is being cancelled)."""
-        if cost > 0 and self.config.cap.ledger is not None:
-            try:
-                self.config.cap.ledger.charge(cost)
-            except Exception as exc:
-                log.warning("model gateway: could not count %s of model spend: %r", usd(cost), exc)
+        self._reached(self._count(cost) if cost > 0 and self.config.cap.ledger is not None else None)
+
+    def _count(self, cost: float) -> Left | None:
+        try:
+            return self.config.cap.ledger.charge(cost) if self.config.cap.ledger is not None else None
+        except Exception as exc:
+            log.warning("model gateway: could not count %s of model spend: %r", usd(cost), exc)
+            return None
+
+    def _reached(self, left: Left | None) -> None:
+        """A call that reached a cap ends the run now, not at the agent's next call: calls in flight
+        together all passed the check before them, and an agent need not call again."""
+        reached = self._run_cap_reached() or _day_cap_reached(left)
+        if reached is not None:
+            self._over(reached)
 
     # -- the provider ---------------------------------------------------------------------------
 
@@ -442,6 +458,13 @@ async def _body(reader: asyncio.StreamReader, framing: tuple[int, bool]) -> byte
         if not http1.is_trailer(trailer):
             return badly
     return bytes(data)
+
+
+def _day_cap_reached(left: Left | None) -> str | None:
+    if left is None or left.usd > 0:
+        return None
+    return (f"{left.scope} has spent {usd(left.limit - left.usd)} of its {usd(left.limit)} model budget "
+            f"today (UTC; {left.setting})")  # fmt: skip
 
 
 def _url(upstream: Upstream, admitted: _admit.Admitted) -> str:

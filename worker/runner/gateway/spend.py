@@ -6,8 +6,9 @@ Two bounds, both in US dollars at the gateway's prices: the run's own
 ``limits.installation.max_model_spend_per_day``), counted by a :class:`Ledger`
 that every run of the scope shares (the worker's is in Redis, in the same budget
 hashes as runs and agent minutes). The cap is checked before a call and charged
-after it: a run that reaches its cap has the next call refused, so it may end a
-little over (by one call's cost, and by what its other calls in flight cost).
+after it. A call whose charge reaches a cap ends the run there and then (the next
+call is refused too), so a run may end a little over: by that call's cost, and by
+what its other calls in flight together cost.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class Ledger(Protocol):
     def left(self) -> Left | None:
         """The tightest of the day budgets, or None when no day budget is set. Raises if unknown."""
 
-    def charge(self, usd: float) -> None:
-        """Count ``usd`` spent now, in every day budget of the run."""
+    def charge(self, usd: float) -> Left | None:
+        """Count ``usd`` spent now, in every day budget of the run; what is then left, as ``left``."""
 
 
 @dataclass(frozen=True)

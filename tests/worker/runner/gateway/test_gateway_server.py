@@ -204,6 +204,7 @@ def test_the_spend_cap_refuses_the_next_call_and_stops_the_run(
 ) -> None:
     with opened(tmp_path, per_run=0.000001) as o:
         first = o.post("/anthropic/v1/messages", anthropic_request)
+        stopped_at_once = list(o.stopped)  # the call that reached the cap stops the run, before any other
         second = o.post("/anthropic/v1/messages", anthropic_request)
         third = o.post("/anthropic/v1/messages", anthropic_request)
         calls = len(o.standin.requests())
@@ -216,6 +217,7 @@ def test_the_spend_cap_refuses_the_next_call_and_stops_the_run(
     assert "limits.max_model_spend_per_run" in second.text
     assert calls == 1
     assert len(o.stopped) == 1
+    assert stopped_at_once == o.stopped
     assert "of its $0.0000 model budget" in o.stopped[0]
     assert o.gw.over_budget == o.stopped[0]
     assert o.gw.journal.violations() == []  # Baton's own limit, not the agent's fault
@@ -235,10 +237,11 @@ class _Ledger:
             raise ConnectionError("Redis is down")
         return gateway.Left(self.usd, 10.0, "org/repo", "limits.max_model_spend_per_day")
 
-    def charge(self, usd: float) -> None:
+    def charge(self, usd: float) -> gateway.Left | None:
         with self.lock:
             self.charged.append(usd)
             self.usd -= usd
+        return self.left()
 
 
 def test_the_day_budget_is_asked_before_and_charged_after_every_call(
@@ -254,6 +257,19 @@ def test_the_day_budget_is_asked_before_and_charged_after_every_call(
     assert cost > 0
     assert refused.status_code == 403
     assert "org/repo has spent $10.00 of its $10.00 model budget today" in refused.text
+
+
+def test_a_call_that_spends_the_days_last_dollars_ends_the_run_without_waiting_for_another(
+    tmp_path: Path, anthropic_request: dict[str, Any]
+) -> None:
+    ledger = _Ledger(left=1e-9)  # less than any call costs
+    with opened(tmp_path, ledger=ledger) as o:
+        answer = o.post("/anthropic/v1/messages", anthropic_request)
+        over = o.gw.over_budget
+    assert answer.status_code == 200  # the call that passed the check before it is answered whole
+    assert o.stopped == [over]
+    assert over is not None
+    assert over.startswith("org/repo has spent $10.00 of its $10.00 model budget today")
 
 
 def test_a_budget_that_cannot_be_read_refuses_the_call(
