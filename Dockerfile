@@ -74,8 +74,8 @@ COPY . /opt/baton/src
 RUN set -eu; \
     python3 -m venv /opt/baton/venv; \
     /opt/baton/venv/bin/pip install --no-cache-dir --quiet -e /opt/baton/src; \
-    /opt/baton/venv/bin/python -m compileall -q /opt/baton/src/bot /opt/baton/src/worker \
-      /opt/baton/src/evidence /opt/baton/src/emulator; \
+    /opt/baton/venv/bin/python -m compileall -q /opt/baton/src/baton /opt/baton/src/bot \
+      /opt/baton/src/worker /opt/baton/src/evidence /opt/baton/src/demo /opt/baton/src/emulator; \
     baton --help >/dev/null
 
 # A non-root user: RLIMIT_NPROC binds only a non-root worker, and nothing here needs root.

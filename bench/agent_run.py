@@ -27,7 +27,7 @@ Where each moment comes from (wall clock, one machine; nothing in Baton is chang
 
 - ``label``: just before the admin call that labels the issue (it returns once the emulator has
   delivered the signed webhook to ``baton serve``: that round trip is included).
-- ``admitted``: the task's history (``bot.records.TASK_PREFIX`` + id + ``:history``), its move
+- ``admitted``: the task's history (``baton.records.TASK_PREFIX`` + id + ``:history``), its move
   ``running -> queued`` (the control task handed the run to the agents queue), ms resolution.
 - ``picked``: the next move ``queued -> running`` (the agents worker took the run job).
 - ``spawned``: the audit event ``spawned`` (``worker.audit.note`` in the run's ``on_start``
@@ -85,12 +85,12 @@ from control_path import (  # noqa: E402
     wait_http,
 )
 
+from baton.queues import ALL as ALL_QUEUES  # noqa: E402
+from baton.records import HISTORY_SUFFIX, TASK_PREFIX  # noqa: E402
+from baton.redis_server import free_port  # noqa: E402
 from bot.app import WEBHOOK_PATH  # noqa: E402
-from bot.queues import ALL as ALL_QUEUES  # noqa: E402
-from bot.records import HISTORY_SUFFIX, TASK_PREFIX  # noqa: E402
-from bot.redis_server import free_port  # noqa: E402
 from emulator import world  # noqa: E402
-from emulator.admin_client import AdminClient  # noqa: E402
+from emulator.admin.client import AdminClient  # noqa: E402
 from evidence.audit import chain_key, pending_key  # noqa: E402
 from worker.runs.admit import RECORD_PREFIX  # noqa: E402
 
@@ -147,7 +147,7 @@ def fill_repository(admin: AdminClient, mb: float, state: Path) -> dict[str, Any
 def start_worker(procs: Processes, env: dict[str, str], rdb: redis.Redis) -> None:
     """`baton worker` as deployed; waits until RQ lists a worker on every queue."""
     proc = procs.start(
-        "worker", [sys.executable, "-m", "bot.cli", "worker"], {**env, "BATON_AGENT_WORKERS": "1"}
+        "worker", [sys.executable, "-m", "baton", "worker"], {**env, "BATON_AGENT_WORKERS": "1"}
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, A
                 for i in range(args.labels)
             ]
         env = baton_env(base, work, w, redis_url=server.url, api=api, port=port)
-        serve = procs.start("serve", [sys.executable, "-m", "bot.cli", "serve"], env)
+        serve = procs.start("serve", [sys.executable, "-m", "baton", "serve"], env)
         wait_http(f"http://127.0.0.1:{port}/readyz", serve.popen, "baton serve", serve.log)
         rdb = redis.Redis.from_url(server.url)
         start_worker(procs, env, rdb)

@@ -31,7 +31,7 @@ How to read the output:
   from just before the admin call that labels the issue (it returns once the emulator
   has delivered the signed webhook to ``baton serve``: that round trip is included,
   nothing is subtracted) to the moment Redis shows the task done: its record
-  (``bot.records.TASK_PREFIX`` + delivery GUID) has ``published`` (written after a
+  (``baton.records.TASK_PREFIX`` + delivery GUID) has ``published`` (written after a
   terminal task's outcome is on GitHub), or, for a run handed to the agents queue
   (state ``queued``; the code of 2026-11-30 writes that status comment directly and
   sets no ``published``), its control job has finished in RQ (writing the status is
@@ -102,12 +102,12 @@ from rq.job import Job
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baton.queues import CONTROL  # noqa: E402
+from baton.records import OUTBOX_KEY, QUEUED, TASK_PREFIX  # noqa: E402
+from baton.redis_server import EmbeddedRedis, free_port  # noqa: E402
 from bot.app import WEBHOOK_PATH  # noqa: E402
-from bot.queues import CONTROL  # noqa: E402
-from bot.records import OUTBOX_KEY, QUEUED, TASK_PREFIX  # noqa: E402
-from bot.redis_server import EmbeddedRedis, free_port  # noqa: E402
 from emulator import world  # noqa: E402
-from emulator.admin_client import AdminClient  # noqa: E402
+from emulator.admin.client import AdminClient  # noqa: E402
 from evidence.keys import SigningKey  # noqa: E402
 
 AGENT_LABEL = "agent:claude-code"
@@ -642,7 +642,7 @@ def baton_env(
 def start_worker(procs: Processes, env: dict[str, str], rdb: redis.Redis, n: int) -> Proc:
     """The n-th `baton worker --queues baton-control`, once RQ lists it (or a minute has passed)."""
     proc = procs.start(
-        f"worker-{n}", [sys.executable, "-m", "bot.cli", "worker", "--queues", CONTROL.name], env
+        f"worker-{n}", [sys.executable, "-m", "baton", "worker", "--queues", CONTROL.name], env
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and not STOP.is_set():
@@ -668,7 +668,7 @@ def start_redis_and_emulator(work: Path, procs: Processes) -> tuple[dict[str, st
     argv = [
         sys.executable,
         "-m",
-        "bot.cli",
+        "baton.cli",
         "emulator",
         "--port",
         str(port_gh),
@@ -692,7 +692,7 @@ def setup(work: Path, procs: Processes, labels: int) -> Bench:
     pool = IssuePool(admin, w)
     pool.prepare(labels)
     env = baton_env(base, work, w, redis_url=server.url, api=api, port=port)
-    serve = procs.start("serve", [sys.executable, "-m", "bot.cli", "serve"], env)
+    serve = procs.start("serve", [sys.executable, "-m", "baton", "serve"], env)
     wait_http(f"http://127.0.0.1:{port}/readyz", serve.popen, "baton serve", serve.log)
     rdb = redis.Redis.from_url(server.url)
     workers = [start_worker(procs, env, rdb, 1)]

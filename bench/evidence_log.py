@@ -2,7 +2,7 @@
 
 Run from the repository root:  .venv/bin/python bench/evidence_log.py [--seconds S] [--big N]
 
-Starts its own redis-server (bot.redis_server.EmbeddedRedis, as `baton serve` does when REDIS_URL is
+Starts its own redis-server (baton.redis_server.EmbeddedRedis, as `baton serve` does when REDIS_URL is
 unset: AOF on, fsync every second) and talks to it over loopback with redis-py, one thread.
 
 * Log.append: one installation, Ed25519 checkpoints, ~1 KB entries; then again on top of the
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis
 
-from bot.redis_server import EmbeddedRedis
+from baton.redis_server import EmbeddedRedis
 from evidence import audit, merkle
 from evidence.audit import AuditChain, derive_key
 from evidence.encoding import canonical_json

@@ -48,8 +48,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot import queues, records  # noqa: E402
-from bot.redis_server import EmbeddedRedis, free_port  # noqa: E402
+from baton import queues, records  # noqa: E402
+from baton.redis_server import EmbeddedRedis, free_port  # noqa: E402
 from evidence.keys import SigningKey  # noqa: E402
 
 PROBOT_VERSION = "14.3.2"
@@ -214,7 +214,7 @@ def start_baton(work: Path, log_path: Path) -> tuple[Side, EmbeddedRedis]:
            "BATON_SIGNING_KEY_PATH": str(work / "signing-key.pem"),
            "BATON_AUDIT_SECRET": secrets.token_hex(32)}  # fmt: skip
     log = log_path.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve"], env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen([sys.executable, "-m", "baton", "serve"], env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     ready = lambda: httpx.get(base + "/readyz", timeout=1).status_code == 200  # noqa: E731
     wait_until(ready, "baton serve", proc, log_path)

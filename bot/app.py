@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from bot import queues, records
+from baton import queues, records
+from baton.logs import DeliveryLog
+from baton.settings import Settings, bearer_matches
 from bot.enqueue import Enqueuer
 from bot.evidence import EvidenceEndpoints
-from bot.logs import DeliveryLog
 from bot.manifest import DEFAULT_MANIFEST
 from bot.metrics import Metrics, RedisGauges
-from bot.settings import Settings, bearer_matches
 from bot.setup_page import SetupPage, new_token
 from bot.status_page import StatusPage
 from bot.types import ASGIApp, Receive, Scope, Send

@@ -33,9 +33,9 @@ from rq.job import Callback, Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues, records
-from bot.errors import RedisUnavailable
-from bot.tasks import Task
+from baton import queues, records
+from baton.errors import RedisUnavailable
+from baton.tasks import Task
 from evidence import audit
 
 _NUMKEYS = 10
@@ -97,7 +97,7 @@ def prepare(task: Task, now: float) -> Prepared:
 
     RQ owns the job hash's format: the static fields come from a job RQ itself
     created (see ``_layout``); per task we set only what RQ sets per job. The
-    task's ``received_at`` (``now`` as ``bot.logs.timestamp`` writes it) doubles
+    task's ``received_at`` (``now`` as ``baton.logs.timestamp`` writes it) doubles
     as RQ's created/enqueued time and as the record's ``updated_at``; ``now`` is
     the task's score in the ``queued`` registry.
     """

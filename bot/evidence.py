@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bot.settings import Settings, bearer_matches
+from baton.settings import Settings, bearer_matches
 from evidence import links, merkle
 from evidence.keys import keys_document
 from evidence.log import MAX_ENTRIES, Log

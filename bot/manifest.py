@@ -24,7 +24,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 
 #: The manifest at the repository's root (a source checkout, or an image built from one).
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[1] / "app-manifest.yml"

@@ -57,10 +57,10 @@ class RedisGauges:
     """What `/metrics` reads from Redis at scrape time; -1 where Redis did not answer."""
 
     queue_depths: Mapping[str, int]
-    #: The worker's counters (``bot.records.COUNTERS_KEY``): event name -> count.
+    #: The worker's counters (``baton.records.COUNTERS_KEY``): event name -> count.
     worker_events: Mapping[str, int] = field(default_factory=dict)
     outbox_pending: int = 0
-    #: GitHub calls by "<task kind>:counted|free" (``bot.records.GITHUB_REQUESTS_KEY``).
+    #: GitHub calls by "<task kind>:counted|free" (``baton.records.GITHUB_REQUESTS_KEY``).
     github_requests: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod

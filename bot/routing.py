@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.tasks import AGENT_NAME_PATTERN, CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
+from baton.tasks import AGENT_NAME_PATTERN, CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
 
 AGENT_LABEL_PREFIX = "agent:"
 COMMAND_PREFIX = "/baton "

@@ -6,7 +6,7 @@ GitHub's ``/settings/apps/new`` (or ``/organizations/ORG/settings/apps/new``; an
 has to go into that path, which a form without script cannot do by itself). GitHub shows its
 confirmation page, then sends the browser to ``/setup/callback?code=…&state=…``; there the state is
 checked and used up, the code exchanged, and the credentials written to `.env` in ``env_dir``
-(``bot.envfile``: never over an existing file). Nothing secret is ever put on a page or in the log
+(``baton.envfile``: never over an existing file). Nothing secret is ever put on a page or in the log
 (but the setup link, below).
 
 The page answers only with the setup token `baton serve` printed when it started (``?token=``),
@@ -32,11 +32,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bot import envfile, manifest
+from baton import envfile
+from baton.logs import timestamp
+from baton.settings import Settings
+from bot import manifest
 from bot.github_web import LOGIN, new_app_url, origin, web_base
 from bot.html_page import esc, page
-from bot.logs import timestamp
-from bot.settings import Settings
 from evidence.keys import SigningKey
 
 START_PATH = "/setup/start"

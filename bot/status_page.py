@@ -41,10 +41,10 @@ from rq.worker import Worker
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bot import queues, records
+from baton import queues, records
+from baton.settings import Settings
 from bot.github_web import check_run_url, issue_url, web_base
 from bot.html_page import esc, page
-from bot.settings import Settings
 
 #: How many tasks the page lists, newest first.
 RECENT = 20

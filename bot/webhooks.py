@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import orjson
 
+from baton.errors import RedisUnavailable
+from baton.logs import DeliveryLog, timestamp
 from bot import signature
 from bot.enqueue import Enqueuer, prepare
-from bot.errors import RedisUnavailable
-from bot.logs import DeliveryLog, timestamp
 from bot.metrics import Metrics
 from bot.routing import Ignored, PayloadError, task_for
 from bot.types import Receive, Scope, Send

@@ -27,18 +27,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from emulator import (
-    admin,
-    githttp,
-    manifests,
-    routes_apps,
-    routes_checks,
-    routes_hooks,
-    routes_issues,
-    routes_pulls,
-    routes_repos,
-    routes_users,
-)
+from emulator import githttp, manifests
+from emulator.admin import api as admin
 from emulator.auth import authenticate
 from emulator.core import ApiRequest, Emulator, Handler, RawBody, Reply, RouteSpec
 from emulator.errors import ApiError, not_found
@@ -46,6 +36,13 @@ from emulator.faults import fault_error
 from emulator.ratelimit import Window
 from emulator.ratelimit import headers as rate_headers
 from emulator.requestlog import parse_body
+from emulator.rest import apps as routes_apps
+from emulator.rest import checks as routes_checks
+from emulator.rest import hooks as routes_hooks
+from emulator.rest import issues as routes_issues
+from emulator.rest import pulls as routes_pulls
+from emulator.rest import repos as routes_repos
+from emulator.rest import users as routes_users
 from emulator.state import Delivery
 
 API_ROUTES: list[RouteSpec] = [

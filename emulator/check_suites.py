@@ -8,10 +8,10 @@ check run carry only the suite's ``id``).
 
 from __future__ import annotations
 
-from emulator import shapes_items
 from emulator.core import Emulator, emit
-from emulator.routes_pulls import pull_shas
-from emulator.shapes import integration, node_id
+from emulator.rest import shapes_items
+from emulator.rest.pulls import pull_shas
+from emulator.rest.shapes import integration, node_id
 from emulator.state import CheckRun, CheckSuite, Delivery, Repo, iso
 from emulator.types import JSONArray, JSONObject
 

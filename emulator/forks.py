@@ -13,7 +13,7 @@ check out an outside contributor's commits without any access to the fork.
 from __future__ import annotations
 
 from emulator.core import Emulator, emit
-from emulator.shapes import repository
+from emulator.rest.shapes import repository
 from emulator.state import Delivery, Pull, Repo, State, User
 from emulator.types import JSONObject
 

@@ -33,10 +33,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from emulator import shapes, webhooks
-from emulator.admin_setup import LOGIN, ensure_user
+from emulator import webhooks
+from emulator.admin.setup import LOGIN, ensure_user
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec
 from emulator.errors import not_found
+from emulator.rest import shapes
 from emulator.state import App, ManifestCode
 
 #: Whom the stand-in's web pages take as signed in (the personal-account form registers Apps for them).

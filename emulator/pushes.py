@@ -17,8 +17,8 @@ from typing import Any
 from emulator import forks
 from emulator.core import Emulator, emit
 from emulator.gitrepo import GitRepo
-from emulator.routes_pulls import render_pull
-from emulator.shapes import bot_user
+from emulator.rest.pulls import render_pull
+from emulator.rest.shapes import bot_user
 from emulator.state import App, Delivery, Pull, Repo, iso
 from emulator.types import JSONObject
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from emulator.shapes import account, bot_user, node_id, repository, simple_user
+from emulator.rest.shapes import account, bot_user, node_id, repository, simple_user
 from emulator.state import App, Delivery, Repo, State, User
 from emulator.types import JSONObject
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 OWNER = "acme"
 REPO = f"{OWNER}/widgets"

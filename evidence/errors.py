@@ -22,7 +22,7 @@ CODES = frozenset(
 class EvidenceError(Exception):
     """A receipt, key, checkpoint or proof failed a check.
 
-    Deliberately not a ``bot.errors.BatonError``: the offline verifier must run without Baton's
+    Deliberately not a ``baton.errors.BatonError``: the offline verifier must run without Baton's
     server side installed. ``message`` names what failed (field, keyid, commit) and how to fix it.
     """
 

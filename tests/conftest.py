@@ -22,10 +22,10 @@ import redis
 import uvicorn
 from starlette.types import ASGIApp
 
-from bot.redis_server import EmbeddedRedis
+from baton.redis_server import EmbeddedRedis
 from bot.signature import sign
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from evidence.keys import SigningKey
 
 FIXTURES = Path(__file__).parent / "fixtures"

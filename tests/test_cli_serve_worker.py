@@ -17,8 +17,8 @@ import httpx
 import pytest
 import redis
 
+from baton.redis_server import free_port
 from bot.app import WEBHOOK_PATH
-from bot.redis_server import free_port
 from tests.conftest import SECRET, EvidenceKeys, delivery_headers, labeled
 from worker import lifecycle
 
@@ -36,7 +36,7 @@ def _baton(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start baton with its output in a log file beside the cache (pipes could fill and block it)."""
     log = Path(env["XDG_CACHE_HOME"]).parent / f"baton-{args[0]}-{uuid.uuid4().hex[:6]}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "bot.cli", *args], env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen([sys.executable, "-m", "baton", *args], env=env, stdout=out, stderr=out)
     proc.log = log  # type: ignore[attr-defined]
     return proc
 
@@ -188,7 +188,7 @@ def test_bad_settings_give_one_clear_line(
     tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str, evidence_keys: EvidenceKeys
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args], env=_env(tmp_path, evidence_keys, **env),
+        [sys.executable, "-m", "baton", *args], env=_env(tmp_path, evidence_keys, **env),
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -220,7 +220,7 @@ def test_serve_and_worker_refuse_to_start_without_evidence_keys(
     ]
     started = [
         subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", *args],
+            [sys.executable, "-m", "baton", *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -341,7 +341,7 @@ def test_a_port_in_use_is_one_clear_line(tmp_path: Path, port: int, redis_url: s
         taken.bind(("127.0.0.1", port))
         taken.listen(1)
         done = subprocess.run(
-            [sys.executable, "-m", "bot.cli", "serve"], env=env,
+            [sys.executable, "-m", "baton", "serve"], env=env,
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -366,7 +366,7 @@ def test_host_and_port_flags_win_over_the_variables(tmp_path: Path, port: int, r
 
 def test_bad_host_and_port_flags(tmp_path: Path, port: int) -> None:
     env = _env(tmp_path, None, BATON_METRICS_PORT=str(port))
-    clash = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)], env=env,
+    clash = subprocess.run([sys.executable, "-m", "baton", "serve", "--port", str(port)], env=env,
                            capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     assert clash.returncode == 2
     assert clash.stderr.strip() == (
@@ -374,7 +374,7 @@ def test_bad_host_and_port_flags(tmp_path: Path, port: int) -> None:
         "so choose another"
     )
     for flag, value in (("--port", "70000"), ("--port", "http"), ("--host", " ")):
-        done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", flag, value], env=env,
+        done = subprocess.run([sys.executable, "-m", "baton", "serve", flag, value], env=env,
                               capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert f"argument {flag}:" in done.stderr

@@ -17,7 +17,7 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from emulator import demo
+from demo import play as demo
 from evidence import statement
 from evidence.keys import PublicKey
 
@@ -31,7 +31,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     }
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "demo", "--out", "demo"],  # relative, as the README runs it
+        [sys.executable, "-m", "baton", "demo", "--out", "demo"],  # relative, as the README runs it
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot import settings
-from bot.cli import build_parser
+from baton import settings
+from baton.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = (

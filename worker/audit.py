@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import redis
 from redis.client import Pipeline
 
-from bot.logs import timestamp
+from baton.logs import timestamp
 from evidence import audit as chain
 from evidence.audit import AuditChain, derive_key
 

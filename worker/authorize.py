@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from bot.tasks import Sender
+from baton.tasks import Sender
 
 #: GitHub's repository roles, weakest first. `permission` in the collaborator
 #: answer is the legacy mapping (maintain -> write, triage -> read); `role_name`

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 from githubkit import GitHub
 
-from bot.errors import BatonError
-from bot.tasks import Repository, Task
+from baton.errors import BatonError
+from baton.tasks import Repository, Task
 from worker.github import api
 from worker.github.client import GitHubApp, GitHubError
 from worker.policy import Merged, PolicyDoc, merge, org_policy, parse

@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 import redis
 
-from bot import settings
-from bot.errors import ConfigError
+from baton import settings
+from baton.errors import ConfigError
 from worker.github.client import AppCredentials, GitHubApp
 from worker.receipts import Signer
 from worker.runner import box, gateway

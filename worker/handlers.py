@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from bot import records
-from bot.errors import BatonError
-from bot.tasks import Kind, Repository, Task
+from baton import records
+from baton.errors import BatonError
+from baton.tasks import Kind, Repository, Task
 from worker import audit, config, lifecycle, replay
 from worker.authorize import Authorization, Permission, authorize, screen
 from worker.context import Context

@@ -32,9 +32,9 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.timeouts import BaseTimeoutException
 
-from bot import records
-from bot.errors import BatonError
-from bot.tasks import Kind, Task
+from baton import records
+from baton.errors import BatonError
+from baton.tasks import Kind, Task
 from evidence.audit import AuditError
 from worker import audit, context, lifecycle, outbox
 from worker.context import Context
@@ -51,12 +51,12 @@ log = logging.getLogger("baton.jobs")
 
 
 def run_task(data: dict[str, Any]) -> dict[str, str]:
-    """RQ entry point (named in bot.queues.JOB_FUNCTION)."""
+    """RQ entry point (named in baton.queues.JOB_FUNCTION)."""
     return execute(context.current(), Task.from_dict(data))
 
 
 def run_agent(data: dict[str, Any]) -> dict[str, str]:
-    """RQ entry point of the agents queue (bot.queues.RUN_FUNCTION): an admitted run."""
+    """RQ entry point of the agents queue (baton.queues.RUN_FUNCTION): an admitted run."""
     ctx, task = context.current(), Task.from_dict(data)
     job = get_current_job()
     if job is not None and lifecycle.field(ctx.redis, task.id, admit.JOB) != job.id:

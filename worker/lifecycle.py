@@ -9,7 +9,7 @@ and queues it in the outbox in the same transaction, and ``worker.outbox``
 puts it on GitHub afterwards, retrying until it is there.
 
 The web side writes the first state (``queued``) in its enqueue script
-(``bot.records`` names the keys both sides use); every later write to a task's
+(``baton.records`` names the keys both sides use); every later write to a task's
 record goes through this module.
 
 Every move is also captured for the installation's audit chain, in the same
@@ -28,9 +28,9 @@ import orjson
 import redis
 from redis.client import Pipeline
 
-from bot import records
-from bot.errors import BatonError
-from bot.logs import timestamp
+from baton import records
+from baton.errors import BatonError
+from baton.logs import timestamp
 from worker import audit
 
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import redis
 
-from bot import records
-from bot.errors import BatonError
-from bot.logs import timestamp
+from baton import records
+from baton.errors import BatonError
+from baton.logs import timestamp
 from worker import lifecycle
 from worker.publish import Busy, Publication
 

@@ -24,7 +24,7 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues
+from baton import queues
 from worker import context
 from worker.rqworker import BatonWorker, InProcessWorker
 
@@ -51,7 +51,7 @@ def parse_queues(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in queues.BY_NAME]
     if not names or unknown:
-        from bot.errors import ConfigError  # noqa: PLC0415
+        from baton.errors import ConfigError  # noqa: PLC0415
 
         raise ConfigError(
             "bad-queues",
@@ -95,7 +95,7 @@ def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:
     try:
         for pool in pools:
             for _ in range(pool.processes):
-                argv = [sys.executable, "-m", "bot.cli", "worker", "--queues", ",".join(pool.queues)]
+                argv = [sys.executable, "-m", "baton", "worker", "--queues", ",".join(pool.queues)]
                 children.append(subprocess.Popen(argv, env=env))  # noqa: S603 - our own argv
         log.info("workers started", extra={"pools": [[*p.queues, p.processes] for p in pools]})
         while not stopping:

@@ -19,7 +19,7 @@ it does so only once no write whose answer nobody heard can still land
 (``UNHEARD_PREFIX``): otherwise it would find nothing, make a second comment, and
 the first would land below it, stale.
 
-While an agent run holds the issue (``bot.records.RUN_LOCK_PREFIX``), other tasks'
+While an agent run holds the issue (``baton.records.RUN_LOCK_PREFIX``), other tasks'
 statuses ("a run is already in progress", a refusal) are shown but do not take the
 comment over: the run's later states, though older by arrival, still replace them.
 """
@@ -38,9 +38,9 @@ import orjson
 import redis
 from githubkit import GitHub
 
-from bot import records
-from bot.errors import BatonError
-from bot.tasks import Task
+from baton import records
+from baton.errors import BatonError
+from baton.tasks import Task
 from worker import audit, keepalive
 from worker.context import Context
 from worker.github import api, retry

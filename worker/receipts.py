@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import redis
 
-from bot.errors import BatonError, ConfigError
+from baton.errors import BatonError, ConfigError
 from evidence import dsse, links, statement
 from evidence.encoding import b64decode, b64encode
 from evidence.keys import SigningKey

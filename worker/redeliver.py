@@ -37,7 +37,7 @@ import redis
 from githubkit import GitHub
 from githubkit.exception import GitHubException
 
-from bot import queues, records
+from baton import queues, records
 from worker.context import Context
 from worker.github.client import github_error
 

@@ -55,8 +55,8 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from bot import queues, records
-from bot.errors import BatonError
+from baton import queues, records
+from baton.errors import BatonError
 from worker import context, jobs, keepalive, lifecycle, outbox, redeliver
 from worker.context import Context
 from worker.lifecycle import State

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import uvicorn
 
-from bot import envfile, logs, redis_server, settings
+from baton import envfile, logs, redis_server, settings
+from baton.errors import ConfigError
 from bot.app import METRICS_PATH, WEBHOOK_PATH, create_app
-from bot.errors import ConfigError
 from bot.setup_page import new_token
 
 
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             sockets.append(listen(config.host, config.metrics_port))
         if args.worker:
             env = {**os.environ, "REDIS_URL": url}
-            argv = [sys.executable, "-m", "bot.cli", "worker"]
+            argv = [sys.executable, "-m", "baton", "worker"]
             worker = subprocess.Popen(argv, env=env)  # noqa: S603 - our own argv
         where = "embedded Redis" if embedded else "REDIS_URL"
         setup_token = new_token()

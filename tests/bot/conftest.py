@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from baton.redis_server import free_port
+from baton.settings import Settings
 from bot.app import create_app
-from bot.redis_server import free_port
-from bot.settings import Settings
 from emulator import EmulatorServer
 from tests.conftest import serve_app
 
@@ -80,7 +80,7 @@ def running_serve(cwd: Path, *, redis_url: str, github_url: str, log: Path) -> I
     env.update(PORT=str(port), REDIS_URL=redis_url, GITHUB_API_URL=github_url, LOG_LEVEL="WARNING",
                XDG_CACHE_HOME=str(log.parent / "cache"))  # fmt: skip
     with log.open("wb") as out:
-        serve = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve"], cwd=cwd, env=env,
+        serve = subprocess.Popen([sys.executable, "-m", "baton", "serve"], cwd=cwd, env=env,
                                  stdout=out, stderr=out)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot import envfile
-from bot.errors import ConfigError
+from baton import envfile
+from baton.errors import ConfigError
 from evidence.keys import SigningKey
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from bot import cli, settings
+from baton import cli, settings
 from bot.app import create_app
 from evidence import dsse, links, statement
 from evidence.encoding import canonical_json
@@ -26,7 +26,7 @@ COMMIT = "9fceb02d0ae598e95dc970b74767f19372d61af8"
 
 def baton(*args: str, cwd: Path) -> subprocess.Popen[str]:
     """`baton ARGS` started from ``cwd``, outside the repository: only what is installed is importable."""
-    return subprocess.Popen([sys.executable, "-m", "bot.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "baton", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 

@@ -11,9 +11,9 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from baton.settings import Settings
 from bot import evidence as endpoints
 from bot.app import create_app
-from bot.settings import Settings
 from evidence import checkpoint, dsse, links, merkle, statement
 from evidence.encoding import canonical_json
 from evidence.errors import EvidenceError

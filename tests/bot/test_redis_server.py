@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.redis_server import EmbeddedRedis, bundled_valkey, server_binary
+from baton.redis_server import EmbeddedRedis, bundled_valkey, server_binary
 
 
 def test_the_bundled_valkey_binary_serves_with_a_password(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_the_server_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from bot.redis_server import EmbeddedRedis\n"
+        "from baton.redis_server import EmbeddedRedis\n"
         f"s = EmbeddedRedis(data_dir=Path({str(tmp_path)!r}), durable=False)\n"
         "print(s.start(), flush=True)\n"
         "time.sleep(60)\n"

@@ -14,11 +14,11 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from starlette.testclient import TestClient
 
-from bot import queues
+from baton import queues
+from baton.settings import Settings
+from baton.tasks import Command
 from bot.app import WEBHOOK_PATH, create_app
 from bot.routing import parse_command
-from bot.settings import Settings
-from bot.tasks import Command
 from tests.conftest import SECRET, closed_issue, delivery_headers, example, examples
 
 # The routing table of the issue, written out independently of bot/routing.py.

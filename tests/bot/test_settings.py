@@ -9,9 +9,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot import settings
-from bot.errors import ConfigError
-from bot.redis_server import EmbeddedRedis
+from baton import settings
+from baton.errors import ConfigError
+from baton.redis_server import EmbeddedRedis
 from evidence.keys import SigningKey, keys_document
 
 TOKEN = "0123456789abcdef0123456789abcdef"

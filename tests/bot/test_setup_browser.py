@@ -22,7 +22,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
-from bot import envfile
+from baton import envfile
 from emulator import EmulatorServer
 from emulator.manifests import problems
 from tests.bot.conftest import running_serve, setup_link

@@ -12,13 +12,13 @@ import httpx
 import jwt
 import pytest
 
-from bot import envfile, settings
+from baton import envfile, settings
+from baton.settings import Settings
 from bot.app import WEBHOOK_PATH, create_app
 from bot.github_web import web_base
 from bot.manifest import DEFAULT_MANIFEST, PendingStates, load
-from bot.settings import Settings
 from emulator import EmulatorServer
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from emulator.manifests import problems
 from tests.bot.conftest import SETUP_TOKEN, form_fields, register, running_serve, setup_link
 from tests.conftest import serve_app

@@ -14,11 +14,12 @@ import orjson
 import pytest
 import redis
 
-from bot import records, status_page
+from baton import records
+from baton.settings import Settings
+from bot import status_page
 from bot.app import WEBHOOK_PATH, create_app
-from bot.settings import Settings
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from tests.conftest import SECRET, delivery_headers, labeled, listening_socket, serve_app
 from worker import lifecycle
 from worker.lifecycle import State

@@ -22,10 +22,10 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from starlette.testclient import TestClient
 
-from bot import queues, records
+from baton import queues, records
+from baton.logs import DeliveryLog
+from baton.settings import Settings
 from bot.app import WEBHOOK_PATH, create_app
-from bot.logs import DeliveryLog
-from bot.settings import Settings
 from bot.signature import sign
 from tests.conftest import SECRET, delivery_headers, example, labeled, serve_app
 from worker import lifecycle

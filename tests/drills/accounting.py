@@ -35,8 +35,8 @@ from typing import Any
 import orjson
 import redis
 
-from bot import queues, records
-from emulator.admin_client import AdminClient
+from baton import queues, records
+from emulator.admin.client import AdminClient
 from evidence.log import Log
 from evidence.verify import entry_bytes
 from worker import lifecycle, publish, replay

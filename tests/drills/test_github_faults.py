@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 import redis
 
-from bot import queues
+from baton import queues
 from emulator import world
 from tests.drills import accounting
 from tests.drills.procs import registered, wait_for

@@ -41,10 +41,10 @@ from hypothesis import example as also
 from hypothesis import strategies as st
 from rq.queue import Queue
 
-from bot import queues, records
-from bot import settings as baton_settings
+from baton import queues, records
+from baton import settings as baton_settings
+from baton.logs import DeliveryLog
 from bot.app import WEBHOOK_PATH, create_app
-from bot.logs import DeliveryLog
 from bot.signature import sign
 from tests.conftest import SECRET, example, labeled, serve_app
 from worker.policy import DEFAULT_POLICY, PolicyError, TaskFacts, decide, explain, merge, org_policy, parse

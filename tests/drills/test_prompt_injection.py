@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from baton.tasks import Kind
 from bot.routing import Ignored, task_for
-from bot.tasks import Kind
 from tests.conftest import FIXTURES, labeled
 from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse

@@ -41,8 +41,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot import queues
-from bot.redis_server import free_port, server_binary
+from baton import queues
+from baton.redis_server import free_port, server_binary
 from emulator import world
 from tests.conftest import EvidenceKeys
 from tests.drills import accounting, known_bugs

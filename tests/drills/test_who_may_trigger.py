@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from bot import queues, records
+from baton import queues, records
 from emulator import world
 from tests.conftest import EvidenceKeys
 from tests.drills import accounting

@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 import redis
 
-from bot import queues
+from baton import queues
 from emulator import world
 from tests.drills import accounting, known_bugs
 from tests.drills.procs import (

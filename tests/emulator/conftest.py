@@ -10,7 +10,7 @@ from emulator_world import World, build_world
 from webhook_receiver import Receiver, serve_receiver
 
 from emulator import EmulatorServer
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import httpx
 import jwt
 
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 OWNER = "acme"
 REPO = "widgets"

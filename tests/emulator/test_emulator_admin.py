@@ -7,7 +7,7 @@ import pytest
 from emulator_world import OWNER, REPO, World, keypair
 
 from emulator import EmulatorServer
-from emulator.admin_client import AdminCallFailed, AdminClient
+from emulator.admin.client import AdminCallFailed, AdminClient
 
 
 def test_client_drives_a_scenario_end_to_end(world: World) -> None:

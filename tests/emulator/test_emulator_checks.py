@@ -161,7 +161,7 @@ def test_only_the_creating_app_may_update(world: World, api: httpx.Client) -> No
 def test_another_app_cannot_update_the_run(world: World, api: httpx.Client) -> None:
     from emulator_world import INSTALLATION_PERMISSIONS, app_jwt, keypair
 
-    from emulator.admin_client import AdminClient
+    from emulator.admin.client import AdminClient
 
     run = api.post(CHECKS, json=_run(world)).json()
     private, public = keypair("second-app")

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.cli import build_parser
+from baton.cli import build_parser
 from emulator.server import free_port
 
 
@@ -30,7 +30,7 @@ def _start(state: Path, port: int) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-c",
-            "import sys; from bot.cli import main; sys.exit(main())",
+            "import sys; from baton.cli import main; sys.exit(main())",
             "emulator",
             "--port",
             str(port),

@@ -14,7 +14,7 @@ from githubkit.webhooks import parse_obj
 from webhook_receiver import Receiver, assert_signed
 
 from emulator import EmulatorServer
-from emulator.admin_client import AdminCallFailed, AdminClient
+from emulator.admin.client import AdminCallFailed, AdminClient
 
 FULL = f"{OWNER}/{REPO}"
 FORK = f"mallory/{REPO}"

@@ -14,7 +14,7 @@ import pytest
 from emulator_world import World, keypair
 from webhook_receiver import Receiver, assert_signed
 
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 DELIVERIES = "/app/hook/deliveries"
 NOT_A_JWT = "A JSON web token could not be decoded"

@@ -12,7 +12,7 @@ import jwt
 import pytest
 
 from emulator import EmulatorServer
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from emulator.manifests import CODE_TTL_SECONDS, problems
 
 

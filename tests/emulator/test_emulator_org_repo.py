@@ -16,7 +16,7 @@ from emulator_world import INSTALLATION_PERMISSIONS, OWNER, REPO, World, app_jwt
 
 from emulator import EmulatorServer
 from emulator import world as sample
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 NOT_ACCESSIBLE = (
     "There is at least one repository that does not exist or is not accessible to the parent installation."

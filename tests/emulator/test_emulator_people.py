@@ -12,7 +12,7 @@ from emulator_world import GIT_ENV, OWNER, REPO, World, authed
 from githubkit.webhooks import parse_obj
 from webhook_receiver import Received, Receiver, assert_signed
 
-from emulator.admin_client import AdminCallFailed, AdminClient
+from emulator.admin.client import AdminCallFailed, AdminClient
 
 FULL = f"{OWNER}/{REPO}"
 

@@ -13,7 +13,7 @@ from githubkit import GitHub, TokenAuthStrategy
 from githubkit.webhooks import parse_obj
 from webhook_receiver import Receiver, assert_signed
 
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 
 FULL = f"{OWNER}/{REPO}"
 BRANCH = "baton/issue-1"

@@ -11,7 +11,7 @@ import pytest
 from emulator_world import INSTALLATION_PERMISSIONS, OWNER, REPO, World, app_jwt, keypair
 from webhook_receiver import Receiver
 
-from emulator.admin_client import AdminCallFailed, AdminClient
+from emulator.admin.client import AdminCallFailed, AdminClient
 
 FULL = f"{OWNER}/{REPO}"
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from emulator.model_command import register
-from emulator.modelapi import RECORD_NAME, ModelStandin, key_fingerprint
-from emulator.modelapi_script import ScriptError, parse_script
+from emulator.model.command import register
+from emulator.model.script import ScriptError, parse_script
+from emulator.model.standin import RECORD_NAME, ModelStandin, key_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 WS = "/workspace"
@@ -608,7 +608,7 @@ def test_baton_model_standin_serves_a_script_file(tmp_path: Path) -> None:
     script.write_text(json.dumps({"workspace": WS, "steps": [{"write": {"path": "a.txt", "content": "x"}}]}))
     record = tmp_path / "requests.jsonl"
     runner = (
-        "import argparse, sys; from emulator.model_command import register; p = argparse.ArgumentParser(); "
+        "import argparse, sys; from emulator.model.command import register; p = argparse.ArgumentParser(); "
         "register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.handler(a))"
     )
     argv = ["model-standin", "--script", str(script), "--record", str(record), "--api-key-env", "STANDIN_KEY"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.redis_server import free_port, server_binary
+from baton.redis_server import free_port, server_binary
 from evidence import checkpoint, merkle
 from evidence.errors import EvidenceError
 from evidence.keys import SigningKey, keyring

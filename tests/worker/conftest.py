@@ -18,12 +18,12 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from bot import queues
+from baton import queues
+from baton.settings import Settings
+from baton.tasks import Task
 from bot.app import WEBHOOK_PATH, create_app
-from bot.settings import Settings
-from bot.tasks import Task
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from evidence.keys import SigningKey
 from tests.conftest import EvidenceKeys, listening_socket, serve_app
 from worker import lifecycle
@@ -137,7 +137,7 @@ class Workers:
         }
         with (self.tmp_path / f"worker-{name}.log").open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bot.cli", "worker", "--queues", queues],
+                [sys.executable, "-m", "baton", "worker", "--queues", queues],
                 env=environ, stdout=out, stderr=out,
             )  # fmt: skip
         self.started.append(proc)

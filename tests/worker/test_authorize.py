@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.tasks import Sender
+from baton.tasks import Sender
 from worker.authorize import Permission, authorize
 
 USER = Sender("alice", "User")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot import settings
-from bot.errors import ConfigError
+from baton import settings
+from baton.errors import ConfigError
 from worker import context
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot import settings
-from bot.redis_server import EmbeddedRedis
+from baton import settings
+from baton.redis_server import EmbeddedRedis
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
-from emulator.modelapi import ModelStandin
+from emulator.admin.client import AdminClient
+from emulator.model.standin import ModelStandin
 from tests.conftest import EvidenceKeys
 from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
@@ -341,7 +341,7 @@ def _env(tmp_path: Path, **values: str) -> dict[str, str]:
 
 def _doctor(env: dict[str, str], cwd: Path | None = None) -> tuple[int, list[str], str]:
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "doctor"],
+        [sys.executable, "-m", "baton", "doctor"],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -17,7 +17,7 @@ import jwt
 import redis
 
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from tests.worker.conftest import FAST, Stage
 from worker.github import api
 from worker.github.client import CACHE_PREFIX, AppCredentials, GitHubApp

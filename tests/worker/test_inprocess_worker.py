@@ -14,7 +14,7 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues, records
+from baton import queues, records
 from emulator import world
 from tests.worker.conftest import Stage, Workers
 from worker import lifecycle, pool, rqworker

@@ -15,7 +15,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from bot import queues
+from baton import queues
 from emulator import world
 from tests.conftest import EvidenceKeys
 from tests.worker.conftest import Stage
@@ -88,7 +88,7 @@ def test_a_job_timeout_is_recorded_as_timed_out_and_said_so(
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REDIS_URL": redis_url, "LOG_LEVEL": "WARNING",
            "APP_ID": str(stage.world.app_id), "PRIVATE_KEY": stage.world.private_key,
            "GITHUB_API_URL": stage.server.url, **evidence_keys.env()}  # fmt: skip
-    argv = [sys.executable, "-m", "bot.cli", "worker", "--queues", queues.CONTROL.name, "--burst"]
+    argv = [sys.executable, "-m", "baton", "worker", "--queues", queues.CONTROL.name, "--burst"]
     done = subprocess.run(argv,
                           env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bot import records
+from baton import records
 from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, outbox

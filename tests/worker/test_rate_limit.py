@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from bot import records
+from baton import records
 from emulator import world
 from tests.worker.conftest import Stage
 from worker.github import transport

@@ -192,7 +192,7 @@ def _baton(stage: Stage, tmp_path: Path, redis_url: str, *args: str) -> subproce
     secret = stage.ctx.signer.audit_secret.decode()
     env = {"PATH": os.environ["PATH"], "REDIS_URL": redis_url,
            "BATON_SIGNING_KEY_PATH": str(key), "BATON_AUDIT_SECRET": secret}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "bot.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "baton", *args], capture_output=True, text=True,
                           env=env, timeout=60, check=False)  # fmt: skip
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from bot import queues, records
-from bot.redis_server import free_port
+from baton import queues, records
+from baton.redis_server import free_port
 from emulator import world
 from tests.worker.conftest import Stage, Workers
 from worker import redeliver

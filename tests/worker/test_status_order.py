@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bot.tasks import Task
+from baton.tasks import Task
 from emulator import world
 from tests.worker.conftest import Stage
 from worker import outbox, publish

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot import records
+from baton import records
 from emulator import world
 from tests.worker.conftest import Stage
 from worker.messages import inert

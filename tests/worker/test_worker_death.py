@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot import queues
+from baton import queues
 from emulator import world
 from tests.conftest import EvidenceKeys
 from tests.worker.conftest import Stage
@@ -49,7 +49,7 @@ def _worker(
     }
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--queues", served],
+            [sys.executable, "-m", "baton", "worker", "--queues", served],
             env=env, stdout=out, stderr=out,
         )  # fmt: skip
 

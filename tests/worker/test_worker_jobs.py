@@ -12,10 +12,10 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from bot import queues
+from baton import queues
+from baton.settings import Settings
+from baton.tasks import Kind, Repository, Sender, Task, Untrusted
 from bot.app import WEBHOOK_PATH, create_app
-from bot.settings import Settings
-from bot.tasks import Kind, Repository, Sender, Task, Untrusted
 from tests.conftest import SECRET, EvidenceKeys, closed_issue, delivery_headers, example, labeled
 from worker import lifecycle
 
@@ -68,7 +68,7 @@ def test_rq_worker_runs_stored_jobs_to_a_visible_terminal_state(
     names = ",".join(q.name for q in queues.ALL)
     env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", **evidence_keys.env()}
     done = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "worker", "--queues", names, "--burst"],
+        [sys.executable, "-m", "baton", "worker", "--queues", names, "--burst"],
         env=env, capture_output=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]

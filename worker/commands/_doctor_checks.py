@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot.settings import KNOWN, is_loopback, redact_url
+from baton.settings import KNOWN, is_loopback, redact_url
 from worker.runner.probe import Probe
 
 DEPLOY_DOC = "docs/deploy.md"
@@ -81,7 +81,7 @@ def _skip(name: str, why: str) -> Check:
 
 
 def configuration(env: Mapping[str, str], error: str | None, from_file: Sequence[str] = ()) -> Check:
-    """``error``: what ``bot.settings.load`` refused, if it did; ``from_file``: the names ``./.env`` set.
+    """``error``: what ``baton.settings.load`` refused, if it did; ``from_file``: the names ``./.env`` set.
     Values are shown only for ``SHOWN``."""
     notes = [
         _variable(name, env.get(name, "").strip()) + " (from ./.env)" * (name in from_file) for name in KNOWN

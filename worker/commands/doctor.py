@@ -35,8 +35,8 @@ import yaml
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from bot import envfile, records, redis_server, settings
-from bot.errors import BatonError
+from baton import envfile, records, redis_server, settings
+from baton.errors import BatonError
 from worker import context
 from worker.commands import _doctor_checks as judge
 from worker.github.client import USER_AGENT, error_detail

@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import redis
 
-from bot import settings
-from bot.errors import ConfigError
+from baton import settings
+from baton.errors import ConfigError
 from evidence.audit import AuditChain, derive_key, installations
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, keyring, read_keys

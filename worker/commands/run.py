@@ -23,8 +23,8 @@ from pathlib import Path
 
 import orjson
 
-from bot import settings
-from bot.errors import ConfigError
+from baton import settings
+from baton.errors import ConfigError
 from worker import context
 from worker.commands import _files
 from worker.commands._policy_files import add_org_flag, read_doc, report

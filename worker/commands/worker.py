@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from bot import envfile, logs, redis_server, settings
-from bot.errors import ConfigError
+from baton import envfile, logs, redis_server, settings
+from baton.errors import ConfigError
 from worker import pool
 
 

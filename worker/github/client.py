@@ -30,7 +30,7 @@ import redis
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 from worker.github import transport
 from worker.github.retry import MINT_PATH_END, RetryPolicy, unwrap
 from worker.github.tokens import SealedTokenCache, SealedTokenStrategy

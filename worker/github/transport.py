@@ -26,7 +26,7 @@ from collections import Counter
 import httpx
 import redis
 
-from bot import records
+from baton import records
 
 #: The kind of task whose calls are being made (set by ``worker.jobs`` around each task).
 TASK_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("baton_task_kind", default="other")
@@ -67,7 +67,7 @@ def count(response: httpx.Response) -> None:
 
 
 def flush(client: redis.Redis) -> None:
-    """Add this process's counts to Redis (``bot.records.GITHUB_REQUESTS_KEY``) and start again."""
+    """Add this process's counts to Redis (``baton.records.GITHUB_REQUESTS_KEY``) and start again."""
     with _lock:
         found = dict(_counts)
         _counts.clear()

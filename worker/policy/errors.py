@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 
 #: Stable codes (tests and logs match on these, never on messages).
 INVALID = "policy.invalid"

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.settings import KNOWN as BATON_SETTINGS
+from baton.settings import KNOWN as BATON_SETTINGS
 from worker.policy import _yaml
 from worker.policy._validate import Path, show_path, validate
 from worker.policy.catalogue import MODEL_PROVIDERS

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.tasks import AGENT_NAME_PATTERN
+from baton.tasks import AGENT_NAME_PATTERN
 from worker.policy.model import SCHEMA_VERSION, Axis, Permission
 
 _END = r"(?![\s\S])"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 from worker.policy import MODEL_KEYS, Agent
 from worker.runner import results
 from worker.runner.installed import SYSTEM_PATH, install_dirs, parse_version, run_version, script_agent_source

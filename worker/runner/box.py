@@ -48,7 +48,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, Protocol
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 from worker.runner.probe import (
     BOX_UID,
     BoxReport,

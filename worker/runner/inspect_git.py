@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.errors import BatonError
+from baton.errors import BatonError
 from worker.runner.inspect_rules import Change, ChangeKind
 
 #: Stable error codes (tests and logs match on these, never on messages).

@@ -22,8 +22,8 @@ from rq.job import Callback
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues, records
-from bot.tasks import Task
+from baton import queues, records
+from baton.tasks import Task
 from worker import lifecycle
 from worker.context import Context
 from worker.lifecycle import State

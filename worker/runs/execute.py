@@ -37,8 +37,8 @@ import orjson
 import redis
 from githubkit import GitHub
 
-from bot.errors import BatonError
-from bot.tasks import Task
+from baton.errors import BatonError
+from baton.tasks import Task
 from evidence import statement
 from worker import audit, config, lifecycle, receipts, replay
 from worker.context import Context

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from bot.errors import BatonError
-from bot.tasks import Task
+from baton.errors import BatonError
+from baton.tasks import Task
 from worker.context import Context
 from worker.github import api
 

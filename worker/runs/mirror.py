@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bot.errors import BatonError
-from bot.settings import is_loopback
+from baton.errors import BatonError
+from baton.settings import is_loopback
 
 #: Stable error codes (tests and logs match on these, never on messages).
 FETCH_FAILED = "git-fetch-failed"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from baton.cli import main
 from worker.policy import MAX_POLICY_BYTES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -231,7 +231,7 @@ def _baton(*args: str) -> subprocess.CompletedProcess[str]:
     hanging the suite or exhausting the machine."""
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
-        "from bot.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from baton.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=20, cwd=ROOT, check=False

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.tasks import AGENT_NAME_PATTERN
+from baton.tasks import AGENT_NAME_PATTERN
 from worker.policy import SCHEMA, PolicyError, org_policy, parse, schema_text
 from worker.policy._validate import ANNOTATIONS, SUPPORTED, validate
 
@@ -132,12 +132,12 @@ def test_repo_only_fixtures_pass_both_validators_and_the_org_loader_refuses_them
 
 
 def test_agent_names_use_the_one_pattern_the_web_side_routes_by() -> None:
-    """bot.tasks.AGENT_NAME_PATTERN is the single definition; the schema is built from it."""
+    """baton.tasks.AGENT_NAME_PATTERN is the single definition; the schema is built from it."""
     pattern = SCHEMA["properties"]["agents"]["propertyNames"]["pattern"]
     assert pattern == f"^{AGENT_NAME_PATTERN}(?![\\s\\S])"
     package = Path(__file__).resolve().parents[3] / "worker" / "policy"
     defining = [f.name for f in package.glob("*.py") if "[a-z0-9._-]" in f.read_text(encoding="utf-8")]
-    assert defining == [], f"define agent names in bot/tasks.py only, not in {defining}"
+    assert defining == [], f"define agent names in baton/tasks.py only, not in {defining}"
 
 
 # --- random documents, mostly near-valid so both verdicts are common -------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from emulator.modelapi import ModelStandin
+from emulator.model.standin import ModelStandin
 from tests.worker.runner.conftest import git
 
 ORG = """\
@@ -68,7 +68,7 @@ def _baton_run(tmp_path: Path, repo: Path, agent: str, issue: Path, *extra: str,
                env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
     org = tmp_path / "org.yml"
     org.write_text(ORG)
-    argv = [sys.executable, "-m", "bot.cli", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
+    argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
             str(issue), "--org", str(org), "--json", *extra]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
                           env=env or dict(os.environ))  # fmt: skip
@@ -190,7 +190,7 @@ def test_the_printed_run_says_what_the_model_calls_were_and_cost(tmp_path: Path,
     org.write_text(ORG)
     with ModelStandin([{"text": "Hi."}], api_key="sk-test-not-a-secret") as model:
         done = subprocess.run(
-            [sys.executable, "-m", "bot.cli", "run", "--agent", "asker", "--repo", str(repo), "--issue-file",
+            [sys.executable, "-m", "baton", "run", "--agent", "asker", "--repo", str(repo), "--issue-file",
              str(_issue(tmp_path, steps)), "--org", str(org), "--upstream", f"anthropic={model.url}"],
             capture_output=True, text=True, timeout=120, check=False,
             env={**os.environ, "ANTHROPIC_API_KEY": "sk-test-not-a-secret"},
@@ -227,7 +227,7 @@ def _claude_env(agent_cli_bin: Path) -> dict[str, str]:
 def test_a_model_endpoint_that_is_down_ends_the_run_failed_in_bounded_time(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
-    from bot.redis_server import free_port
+    from baton.redis_server import free_port
 
     closed = free_port()  # nothing listens there
     code, record = _baton_run(

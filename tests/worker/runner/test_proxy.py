@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from bot.redis_server import free_port
+from baton.redis_server import free_port
 from worker.runner.proxy import NO_HOST, OTHER_HOSTS, EgressProxy
 from worker.runner.proxy_log import MAX_KEYS, EgressLog
 from worker.runner.proxy_rules import is_dns_name

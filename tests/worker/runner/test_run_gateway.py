@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from emulator.modelapi import ModelStandin, key_fingerprint
+from emulator.model.standin import ModelStandin, key_fingerprint
 from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse
 from worker.runner import gateway

@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from emulator import EmulatorServer, world
-from emulator.admin_client import AdminClient
+from emulator.admin.client import AdminClient
 from worker.github.client import AppCredentials, GitHubApp
 from worker.runs.mirror import (
     AUTH_FAILED,

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from emulator import world
-from emulator.modelapi import ModelStandin, key_fingerprint
+from emulator.model.standin import ModelStandin, key_fingerprint
 from evidence.verify import verify_receipt
 from tests.worker.conftest import Stage, make_stage
 from worker.runner import gateway

@@ -22,8 +22,8 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from bot import queues, records
-from bot.errors import BatonError
+from baton import queues, records
+from baton.errors import BatonError
 from emulator import world
 from tests.worker.conftest import Stage, make_stage
 from worker import jobs, lifecycle

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.errors import ConfigError
+from baton.errors import ConfigError
 from worker.runner.gateway.meter import Usage
 
 CHECKED = "2026-12-01"

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from emulator.modelapi import ModelStandin
+from emulator.model.standin import ModelStandin
 from worker.policy import Agent
 from worker.runner import gateway
 

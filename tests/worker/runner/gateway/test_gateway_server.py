@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from bot.redis_server import free_port
-from emulator.modelapi import key_fingerprint
+from baton.redis_server import free_port
+from emulator.model.standin import key_fingerprint
 from worker.runner import gateway
 from worker.runner.proxy import EgressProxy
 from worker.runner.proxy_rules import Reason as ProxyReason

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.errors import ConfigError
+from baton.errors import ConfigError
 from worker.runner.gateway.meter import Meter, Usage
 from worker.runner.gateway.prices import BUILTIN, Price, load
 from worker.runner.gateway.providers import Protocol

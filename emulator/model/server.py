@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from emulator.modelapi_anthropic import Anthropic
-from emulator.modelapi_openai import OpenAI
-from emulator.modelapi_script import Answer, Drop, Error, Stall, pick
-from emulator.modelapi_wire import (
+from emulator.model.anthropic import Anthropic
+from emulator.model.openai import OpenAI
+from emulator.model.script import Answer, Drop, Error, Stall, pick
+from emulator.model.wire import (
     Context,
     Dialect,
     Rendered,
@@ -32,7 +32,7 @@ from emulator.modelapi_wire import (
 from emulator.types import JSONObject
 
 if TYPE_CHECKING:
-    from emulator.modelapi import ModelStandin
+    from emulator.model.standin import ModelStandin
 
 MAX_CONNECTIONS = 64
 READ_TIMEOUT_SECONDS = 60.0
@@ -41,7 +41,7 @@ SECRET_HEADERS = ("authorization", "x-api-key", "proxy-authorization", "cookie",
 DIALECTS: dict[str, Dialect] = {"/v1/messages": Anthropic(), "/v1/responses": OpenAI()}
 #: Token counting (Anthropic's ``/v1/messages/count_tokens``): answered ``{"input_tokens": N}``, no script.
 COUNT_PATHS: dict[str, Dialect] = {"/v1/messages/count_tokens": Anthropic()}
-_log = logging.getLogger("emulator.modelapi")
+_log = logging.getLogger("emulator.model.standin")
 
 
 class StandinServer(ThreadingHTTPServer):

@@ -4,7 +4,7 @@ It speaks the Anthropic Messages API as Claude Code uses it (``POST /v1/messages
 string, and ``/v1/messages/count_tokens``) and the OpenAI Responses API as Codex uses it
 (``POST /v1/responses``), answers ``HEAD``/``GET``
 and any other path 404 at once, and records every request (auth header *values* replaced by their
-SHA-256) in memory and in a JSONL file. The script format is in :mod:`emulator.modelapi_script`.
+SHA-256) in memory and in a JSONL file. The script format is in :mod:`emulator.model.script`.
 
 Built on the standard library's threading HTTP server, not uvicorn: a stand-in must be able to
 hold a request without answering and to drop a connection before any byte of a response, which an
@@ -22,9 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from emulator.modelapi_http import StandinServer
-from emulator.modelapi_script import Script, load_script, parse_script
-from emulator.modelapi_wire import key_fingerprint
+from emulator.model.script import Script, load_script, parse_script
+from emulator.model.server import StandinServer
+from emulator.model.wire import key_fingerprint
 from emulator.types import JSONObject
 
 __all__ = ["HOST", "MAX_STALL_SECONDS", "RECORD_NAME", "ModelStandin", "key_fingerprint"]

@@ -34,17 +34,19 @@ from typing import Any
 import httpx
 import redis
 
+import emulator
+from baton.redis_server import EmbeddedRedis
 from bot.app import CLIENT_NAME, WEBHOOK_PATH
-from bot.redis_server import EmbeddedRedis
 from emulator import world
-from emulator.admin_client import AdminClient
-from emulator.modelapi import ModelStandin, key_fingerprint
+from emulator.admin.client import AdminClient
+from emulator.model.standin import ModelStandin, key_fingerprint
 from emulator.server import EmulatorServer, free_port
 from evidence.keys import SigningKey
 from worker import lifecycle
 from worker.handlers import DECISION_PREFIX
 
-EXAMPLE = Path(__file__).parent / "examples" / "issues.labeled.json"
+#: GitHub's own published example delivery, kept with the emulator that plays GitHub.
+EXAMPLE = Path(emulator.__file__).parent / "examples" / "issues.labeled.json"
 RECEIPT = re.compile(r"```json\n(.*?)\n```", re.DOTALL)
 WAIT_S = 30.0
 
@@ -621,7 +623,7 @@ def baton_serving(
                BATON_DATA_DIR=str(work / "data"), BATON_REDELIVERY_INTERVAL="2", **env_extra)  # fmt: skip
     with (work / "baton.log").open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "serve", "--worker"], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "baton.cli", "serve", "--worker"], env=env, stdout=log, stderr=log
         )
     try:
         deadline = time.monotonic() + WAIT_S
@@ -724,7 +726,7 @@ def _signing_env(work: Path, public_url: str) -> dict[str, str]:
 
 
 def _baton(
-    *args: str, env: dict[str, str] | None = None, module: str = "bot.cli"
+    *args: str, env: dict[str, str] | None = None, module: str = "baton.cli"
 ) -> subprocess.CompletedProcess[str]:
     """`baton ARGS` as a user runs it (``evidence.cli``: the verifier alone, as offline users have it)."""
     argv = [sys.executable, "-m", module, *args]

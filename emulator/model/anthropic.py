@@ -13,8 +13,8 @@ import re
 import secrets
 from typing import Any
 
-from emulator.modelapi_script import Answer, Bash, Edit, Read, Text, Tool, Write
-from emulator.modelapi_wire import (
+from emulator.model.script import Answer, Bash, Edit, Read, Text, Tool, Write
+from emulator.model.wire import (
     Context,
     Rendered,
     RenderError,

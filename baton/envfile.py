@@ -22,7 +22,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.errors import ConfigError
+from baton.errors import ConfigError
 from evidence.cli import PRIVATE_NAME as SIGNING_KEY_NAME
 from evidence.cli import PUBLIC_NAME as SIGNING_PUB_NAME
 from evidence.keys import SigningKey

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from emulator import check_suites, checks_validation, shapes_items
+from emulator import check_suites
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import DOCS, ApiError, invalid_request, not_accessible, not_found
+from emulator.rest import checks_validation, shapes_items
 from emulator.state import App, CheckRun, Delivery, Repo
 from emulator.types import JSONObject
 

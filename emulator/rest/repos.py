@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from emulator import shapes
 from emulator.core import ApiRequest, RawBody, Reply, RouteSpec
 from emulator.errors import ApiError, not_found
 from emulator.gitrepo import GitError
+from emulator.rest import shapes
 from emulator.state import ROLE_PERMISSION
 
 _CONTENTS_DOCS = "https://docs.github.com/rest/repos/contents#get-repository-content"

@@ -16,8 +16,8 @@ import shlex
 import time
 from typing import Any
 
-from emulator.modelapi_script import HEREDOC, Answer, Bash, Edit, Read, Text, Tool, Write
-from emulator.modelapi_wire import Context, Rendered, estimate_tokens, make_id, pieces
+from emulator.model.script import HEREDOC, Answer, Bash, Edit, Read, Text, Tool, Write
+from emulator.model.wire import Context, Rendered, estimate_tokens, make_id, pieces
 from emulator.types import JSONObject
 
 #: Output items the model produced: a run of them in ``input`` is one earlier assistant turn.

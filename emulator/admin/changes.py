@@ -10,8 +10,8 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from emulator import check_suites, routes_issues, routes_pulls, shapes, webhooks
-from emulator.admin_setup import (
+from emulator import check_suites, webhooks
+from emulator.admin.setup import (
     LOGIN,
     AdminBase,
     AdminError,
@@ -23,6 +23,9 @@ from emulator.admin_setup import (
 )
 from emulator.core import emit
 from emulator.pushes import push_events
+from emulator.rest import issues as routes_issues
+from emulator.rest import pulls as routes_pulls
+from emulator.rest import shapes
 from emulator.state import Delivery, Installation, Pull, Repo
 
 _STATE_REASONS = {"completed", "not_planned"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from emulator import forks, shapes, webhooks
-from emulator.admin_setup import (
+from emulator import forks, webhooks
+from emulator.admin.setup import (
     LOGIN,
     REPO_NAME,
     AdminBase,
@@ -24,6 +24,7 @@ from emulator.admin_setup import (
 )
 from emulator.gitrepo import GitError, safe_ref
 from emulator.pushes import open_pulls_on, push_events
+from emulator.rest import shapes
 from emulator.state import Delivery
 
 

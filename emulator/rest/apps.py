@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator import shapes
 from emulator.auth import narrow_permissions, new_token_string, require_app
 from emulator.core import ApiRequest, Reply, RouteSpec, paginate
 from emulator.errors import ApiError, invalid_request, not_accessible, not_found, requires_authentication
+from emulator.rest import shapes
 from emulator.state import Installation, Repo, Token, iso
 
 _MINT_DOCS = "https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bot.errors import ConfigError
+from baton.errors import ConfigError
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, SigningKey, read_keys
 

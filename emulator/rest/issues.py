@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator import shapes, shapes_items
 from emulator.auth import Caller, authorize_repo
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found
-from emulator.routes_pulls import render_pull
+from emulator.rest import shapes, shapes_items
+from emulator.rest.pulls import render_pull
 from emulator.state import App, Comment, Delivery, Issue, Label, Repo
 
 _LABELS_DOCS = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"

@@ -6,9 +6,9 @@ the App) and the requesting person's id (for the ``Co-authored-by`` address).
 
 from __future__ import annotations
 
-from emulator import shapes
 from emulator.core import ApiRequest, Reply, RouteSpec
 from emulator.errors import not_found
+from emulator.rest import shapes
 from emulator.state import User, iso
 
 

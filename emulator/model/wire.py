@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from emulator.modelapi_script import Answer
+from emulator.model.script import Answer
 from emulator.types import JSONObject
 
 #: Deltas are cut to this many characters, as a real stream arrives in pieces.

@@ -1,4 +1,4 @@
-"""``baton model-standin``: run the scripted model-provider stand-in (see :mod:`emulator.modelapi`)."""
+"""``baton model-standin``: run the scripted model-provider stand-in (see :mod:`emulator.model.standin`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from emulator.modelapi import MAX_STALL_SECONDS, ModelStandin
-from emulator.modelapi_script import ScriptError
+from emulator.model.script import ScriptError
+from emulator.model.standin import MAX_STALL_SECONDS, ModelStandin
 
 
 def register(subparsers: Any) -> None:

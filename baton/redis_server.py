@@ -29,8 +29,8 @@ from pathlib import Path
 
 import redis
 
-from bot.errors import ConfigError
-from bot.settings import redact_url
+from baton.errors import ConfigError
+from baton.settings import redact_url
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0

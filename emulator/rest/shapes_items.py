@@ -1,6 +1,6 @@
 """GitHub's response shapes for issues, comments, pull requests, changed files, check runs.
 
-Same rule as :mod:`emulator.shapes`: every property the OpenAPI description
+Same rule as :mod:`emulator.rest.shapes`: every property the OpenAPI description
 marks required is present with GitHub's type, so githubkit parses the answers.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulator.gitrepo import FileChange
-from emulator.shapes import account, integration, label, node_id, repository
+from emulator.rest.shapes import account, integration, label, node_id, repository
 from emulator.state import CheckRun, Comment, Issue, Pull, Repo, State, iso
 from emulator.types import JSONObject
 

@@ -4,9 +4,9 @@ No GitHub path starts with ``/_``, so these never collide with the REST API.
 They are not authenticated (the emulator binds to loopback only), not logged
 in ``github-requests.jsonl`` and never hit by faults. Errors are
 ``{"message": ...}`` with 400/404/409/422. Set-up handlers are in
-:mod:`emulator.admin_setup`, people's actions and webhooks in
-:mod:`emulator.admin_people` and :mod:`emulator.admin_changes`, forks and
-commits in :mod:`emulator.admin_repos`; faults,
+:mod:`emulator.admin.setup`, people's actions and webhooks in
+:mod:`emulator.admin.people` and :mod:`emulator.admin.changes`, forks and
+commits in :mod:`emulator.admin.repos`; faults,
 settings and inspection are here.
 """
 
@@ -20,15 +20,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from emulator import routes_checks, shapes_items
-from emulator.admin_changes import ChangesAdmin
-from emulator.admin_people import PeopleAdmin
-from emulator.admin_repos import ReposAdmin
-from emulator.admin_setup import AdminBase, AdminError, SetupAdmin
+from emulator.admin.changes import ChangesAdmin
+from emulator.admin.people import PeopleAdmin
+from emulator.admin.repos import ReposAdmin
+from emulator.admin.setup import AdminBase, AdminError, SetupAdmin
 from emulator.core import Emulator
 from emulator.errors import ApiError
 from emulator.gitrepo import GitError
 from emulator.requestlog import parse_body
+from emulator.rest import checks as routes_checks
+from emulator.rest import shapes_items
 
 PREFIX = "/_emulator"
 

@@ -2,7 +2,7 @@
 
 Also the changes only a person makes here (draft ↔ ready for review, and the
 checks GitHub runs before reopening); closing and reopening go through
-:func:`emulator.routes_issues.change_state`, as on GitHub. The single-commit
+:func:`emulator.rest.issues.change_state`, as on GitHub. The single-commit
 read (``GET …/commits/{ref}``) lives here too, next to the pull's commit list
 it shares a shape with.
 
@@ -21,10 +21,11 @@ from typing import Any
 
 from starlette.convertors import Convertor, register_url_convertor
 
-from emulator import forks, shapes, shapes_items
+from emulator import forks
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found, validation_failed
 from emulator.gitrepo import EMPTY_TREE, GitError, safe_ref
+from emulator.rest import shapes, shapes_items
 from emulator.state import App, Delivery, Issue, Pull, Repo
 from emulator.types import JSONObject
 
@@ -380,9 +381,9 @@ async def update_pull(req: ApiRequest) -> Reply:
 
     Only what actually changed is reported, and an edit that changes nothing
     sends nothing, as on GitHub. Closing and reopening share
-    :func:`emulator.routes_issues.change_state` with the issues API.
+    :func:`emulator.rest.issues.change_state` with the issues API.
     """
-    from emulator import routes_issues  # noqa: PLC0415 - routes_issues imports this module
+    from emulator.rest import issues as routes_issues  # noqa: PLC0415 - routes_issues imports this module
 
     repo = req.repo("pull_requests", "write")
     pull = _pull(req, repo, _UPDATE_DOCS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.tasks import Kind
+from baton.tasks import Kind
 
 #: The job function every queue runs; the worker package, imported by name only.
 JOB_FUNCTION = "worker.jobs.run_task"

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator import routes_checks, routes_issues, routes_pulls, shapes, shapes_items, webhooks
-from emulator.admin_setup import LOGIN, AdminBase, AdminError, ensure_user, need_str, str_list
+from emulator import webhooks
+from emulator.admin.setup import LOGIN, AdminBase, AdminError, ensure_user, need_str, str_list
 from emulator.core import emit
+from emulator.rest import checks as routes_checks
+from emulator.rest import issues as routes_issues
+from emulator.rest import pulls as routes_pulls
+from emulator.rest import shapes, shapes_items
 from emulator.state import App, Delivery, Issue
 
 
