@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from baton import keys
 from baton.tasks import Kind
 
 #: The job function every queue runs; the worker package, imported by name only.
@@ -49,7 +50,7 @@ RESULT_TTL_S = 7 * 24 * 3600
 FAILURE_TTL_S = 30 * 24 * 3600
 #: GitHub redeliveries reuse the delivery id; we remember ids this long.
 DEDUPE_TTL_S = 7 * 24 * 3600
-DEDUPE_PREFIX = "baton:delivery:"
+DEDUPE_PREFIX = keys.DELIVERY_PREFIX
 #: + the body's sha256: the signature covers the body but not the delivery id, so a body is
 #: stored once too (same retention); a replay under a fresh id is a duplicate.
-BODY_PREFIX = "baton:payload:"
+BODY_PREFIX = keys.PAYLOAD_PREFIX

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from githubkit import GitHub
 
+from baton import keys
 from baton.errors import BatonError
 from baton.tasks import Repository, Task
 from worker.github import api
@@ -42,10 +43,10 @@ if TYPE_CHECKING:
 ORG_REPO = ".github"
 ORG_PATH = "baton.yml"
 REPO_PATH = ".github/baton.yml"
-CACHE_PREFIX = "baton:config:"
+CACHE_PREFIX = keys.CONFIG_PREFIX
 CACHE_TTL_S = 24 * 3600
 #: + installation id: how visible the owner's `.github` is; dropped on installation events.
-VISIBILITY_PREFIX = "baton:org-visibility:"
+VISIBILITY_PREFIX = keys.ORG_VISIBILITY_PREFIX
 VISIBILITY_TTL_S = 300
 _MISSING = b"\x00missing"
 

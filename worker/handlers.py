@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from baton import records
+from baton import keys, records
 from baton.errors import BatonError
 from baton.tasks import Kind, Repository, Task
 from worker import audit, config, lifecycle, replay
@@ -53,7 +53,7 @@ from worker.status import Status
 log = logging.getLogger("baton.handlers")
 
 DECISION_PREFIX = replay.DECISION_PREFIX
-LAST_RUN_PREFIX = "baton:last-run:"
+LAST_RUN_PREFIX = keys.LAST_RUN_PREFIX
 EVIDENCE_TTL_S = 90 * 24 * 3600
 #: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
 AUTHORISED = "authorised"

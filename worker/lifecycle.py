@@ -28,7 +28,7 @@ import orjson
 import redis
 from redis.client import Pipeline
 
-from baton import records
+from baton import keys, records
 from baton.errors import BatonError
 from baton.logs import timestamp
 from worker import audit
@@ -65,7 +65,7 @@ HISTORY_LIMIT = records.HISTORY_LIMIT
 RECORD_TTL_S = records.RECORD_TTL_S
 #: Running tasks by the time their lease runs out (a sorted set). The worker that runs a task
 #: renews its lease; a task whose lease ran out lost its worker, and any worker ends it.
-LEASES = "baton:leases"
+LEASES = keys.LEASES_KEY
 LEASE_S = 30.0
 
 

@@ -38,7 +38,7 @@ import orjson
 import redis
 from githubkit import GitHub
 
-from baton import records
+from baton import keys, records
 from baton.errors import BatonError
 from baton.tasks import Task
 from worker import audit, keepalive
@@ -50,8 +50,8 @@ from worker.status import Status, is_status_comment, render
 
 log = logging.getLogger("baton.publish")
 
-ISSUE_PREFIX = "baton:issue:"  # + repo id : issue number -> hash {comment_id, received_at, task_id}
-LOCK_PREFIX = "baton:issue-lock:"
+ISSUE_PREFIX = keys.ISSUE_PREFIX  # + repo id : issue number -> hash {comment_id, received_at, task_id}
+LOCK_PREFIX = keys.ISSUE_LOCK_PREFIX
 #: A dead writer's lock lapses this soon (a later status of the issue waits no longer); a live
 #: writer renews it every LOCK_RENEW_S for as long as its GitHub calls take (``_renewer``).
 LOCK_MS = 15_000
@@ -61,7 +61,7 @@ ISSUE_TTL_S = 90 * 24 * 3600
 #: writer that died (or lost its lock) with a write unanswered leaves it: until it lapses (GitHub
 #: ends a request after 10 s) the write may still land, and the next writer must not look for the
 #: comment yet (it would find nothing, create a second, and the first would land below it, stale).
-UNHEARD_PREFIX = "baton:issue-unheard:"
+UNHEARD_PREFIX = keys.ISSUE_UNHEARD_PREFIX
 UNHEARD_MS = int(SETTLED_AFTER_S * 1000)
 
 

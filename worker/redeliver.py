@@ -37,7 +37,7 @@ import redis
 from githubkit import GitHub
 from githubkit.exception import GitHubException
 
-from baton import queues, records
+from baton import keys, queues, records
 from worker.context import Context
 from worker.github.client import github_error
 
@@ -48,11 +48,11 @@ MAX_PER_PASS = 100
 MAX_PAGES = 50  # 5,000 failed attempts listed per pass at most
 RETENTION_S = 3 * 24 * 3600  # GitHub keeps deliveries this long
 MAX_BACKOFF_S = 3600
-LOCK_KEY = "baton:redelivery:lock"
+LOCK_KEY = keys.REDELIVERY_LOCK_KEY
 LOCK_MS = 10 * 60 * 1000  # longer than a bounded pass takes
-STATE_KEY = "baton:redelivery:state"  # hash: next_at, backoff_s, checkpoint, asked, last_pass
-REQUESTED_PREFIX = "baton:redelivery:guid:"  # + guid -> redeliveries Baton asked for
-GIVEN_UP_KEY = "baton:redelivery:given-up"  # set of GUIDs given up (counted once)
+STATE_KEY = keys.REDELIVERY_STATE_KEY  # hash: next_at, backoff_s, checkpoint, asked, last_pass
+REQUESTED_PREFIX = keys.REDELIVERY_GUID_PREFIX  # + guid -> redeliveries Baton asked for
+GIVEN_UP_KEY = keys.REDELIVERY_GIVEN_UP_KEY  # set of GUIDs given up (counted once)
 KEEP_S = RETENTION_S + 24 * 3600
 
 _UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import redis
 
+from baton import keys
 from evidence import dsse
 from evidence.keys import PublicKey
 from evidence.log import Log
@@ -38,9 +39,9 @@ from worker.policy import (
 from worker.receipts import payload_of
 from worker.runs import admit
 
-POLICY_PREFIX = "baton:policy:"  # + sha256 -> the policy's canonical JSON
-DECISION_PREFIX = "baton:decision:"  # + task id -> the admission decision (``worker.handlers``)
-RECEIPTS_PREFIX = "baton:receipts:"  # + task id -> hash {check name: "installation:index"}
+POLICY_PREFIX = keys.POLICY_PREFIX  # + sha256 -> the policy's canonical JSON
+DECISION_PREFIX = keys.DECISION_PREFIX  # + task id -> the admission decision (``worker.handlers``)
+RECEIPTS_PREFIX = keys.RECEIPTS_PREFIX  # + task id -> hash {check name: "installation:index"}
 TTL_S = 90 * 24 * 3600
 
 

@@ -35,7 +35,7 @@ import yaml
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from baton import envfile, records, redis_server, settings
+from baton import envfile, keys, records, redis_server, settings
 from baton.errors import BatonError
 from worker import context
 from worker.commands import _doctor_checks as judge
@@ -163,7 +163,7 @@ def gather_redis(config: settings.Settings) -> judge.RedisFacts:
 def _ask_redis(client: redis.Redis, where: str) -> judge.RedisFacts:
     try:
         client.ping()
-        probe = f"baton:doctor:{uuid.uuid4().hex}"  # a write, as every task makes; gone in 10 s anyway
+        probe = keys.DOCTOR_PROBE_PREFIX + uuid.uuid4().hex  # a write, as every task makes; gone in 10 s
         client.set(probe, b"1", px=10_000)
         client.delete(probe)
     except redis.RedisError as exc:

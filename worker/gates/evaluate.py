@@ -34,6 +34,7 @@ import orjson
 import redis
 from githubkit import GitHub
 
+from baton import keys
 from baton.errors import BatonError
 from baton.tasks import Task
 from evidence import statement
@@ -55,9 +56,9 @@ from worker.runs.mirror import Mirror, Remote
 log = logging.getLogger("baton.gates")
 
 CHECK = "baton/merge-gate"
-RESULT_PREFIX = "baton:gate-result:"  # + repo id : head : policy digest -> the verified result (JSON)
-LOCK_PREFIX = "baton:gate-lock:"  # same key -> the evaluating task
-APPROVAL_PREFIX = "baton:gate-approval:"  # + repo id : pull number : head -> who approved
+RESULT_PREFIX = keys.GATE_RESULT_PREFIX  # + repo id : head : policy digest -> the verified result (JSON)
+LOCK_PREFIX = keys.GATE_LOCK_PREFIX  # same key -> the evaluating task
+APPROVAL_PREFIX = keys.GATE_APPROVAL_PREFIX  # + repo id : pull number : head -> who approved
 RESULT_TTL_S = 30 * 24 * 3600
 LOCK_MS = 2 * 3600 * 1000
 APPROVE = Action("Approve run", "approve", "Run the command gates on this commit")

@@ -19,6 +19,7 @@ import redis
 from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
+from baton import keys
 from worker.authorize import Permission
 from worker.github.client import GitHubError, error_detail, github_error
 from worker.github.limits import Action, Annotation, Output, actions_to_api, annotation_batches
@@ -27,7 +28,7 @@ from worker.github.retry import maybe_done, unwrap
 #: Comments read when looking for Baton's status comment (100 a page).
 MAX_COMMENT_PAGES = 10
 #: + request path -> {etag, body}: the last answer to a conditional GET (``conditional_get``).
-ETAG_PREFIX = "baton:etag:"
+ETAG_PREFIX = keys.ETAG_PREFIX
 ETAG_TTL_S = 24 * 3600
 
 

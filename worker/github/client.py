@@ -30,12 +30,13 @@ import redis
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
+from baton import keys
 from baton.errors import BatonError
 from worker.github import transport
 from worker.github.retry import MINT_PATH_END, RetryPolicy, unwrap
 from worker.github.tokens import SealedTokenCache, SealedTokenStrategy
 
-CACHE_PREFIX = "baton:github"
+CACHE_PREFIX = keys.GITHUB_TOKENS_PREFIX
 USER_AGENT = "Baton (+https://github.com/apps/baton)"
 
 #: Per request. Connect (TCP and TLS): api.github.com answers in well under a second, so 5 s

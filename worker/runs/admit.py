@@ -22,7 +22,7 @@ from rq.job import Callback
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from baton import queues, records
+from baton import keys, queues, records
 from baton.tasks import Task
 from worker import lifecycle
 from worker.context import Context
@@ -39,7 +39,7 @@ MAX_ATTEMPTS = 2
 #: Record fields of an admitted run: what the run job reads back.
 AGENT, OFFLINE, ATTEMPT, JOB = "run_agent", "run_offline", "run_attempt", "run_job"
 #: + task id -> the run's record (JSON): the evidence, a retry's memory of its push, provenance.
-RECORD_PREFIX = "baton:run:"
+RECORD_PREFIX = keys.RUN_RECORD_PREFIX
 
 
 def lock_key(task: Task) -> str:

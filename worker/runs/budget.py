@@ -33,10 +33,11 @@ from datetime import UTC, datetime, time, timedelta
 
 import redis
 
+from baton import keys
 from worker.runner.gateway.spend import Left, usd
 
-BUDGET_PREFIX = "baton:budget:"
-ACTIVE_PREFIX = "baton:active:"
+BUDGET_PREFIX = keys.BUDGET_PREFIX
+ACTIVE_PREFIX = keys.ACTIVE_PREFIX
 #: Long enough to read yesterday's totals after midnight; the keys then clean themselves up.
 BUDGET_TTL_S = 3 * 24 * 3600
 

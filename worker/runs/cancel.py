@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import orjson
 import redis
 
+from baton import keys
 from worker.messages import inert
 
-PREFIX = "baton:cancel:"  # + repo id : issue number -> {"received_at", "task_id", "by", "how"}
+PREFIX = keys.CANCEL_PREFIX  # + repo id : issue number -> {"received_at", "task_id", "by", "how"}
 TTL_S = 7 * 24 * 3600
 
 _NEWER = """

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import orjson
 
+from baton import keys
 from baton.errors import BatonError
 from baton.tasks import Task
 from worker.context import Context
 from worker.github import api
 
-_BOT_CACHE = "baton:app-bot:"  # + App id -> [login, email], a day
+_BOT_CACHE = keys.APP_BOT_PREFIX  # + App id -> [login, email], a day
 
 
 def bot_identity(ctx: Context, task: Task) -> tuple[str, str]:
