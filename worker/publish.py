@@ -41,7 +41,7 @@ from githubkit import GitHub
 from baton import keys, records
 from baton.errors import BatonError
 from baton.tasks import Task
-from worker import audit, keepalive
+from worker import audit, keepalive, locks
 from worker.context import Context
 from worker.github import api, retry
 from worker.github.client import GitHubApp, GitHubError
@@ -164,7 +164,7 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
     where = f"{pub.repo_id}:{pub.number}"
     issue, lock, unheard = ISSUE_PREFIX + where, LOCK_PREFIX + where, UNHEARD_PREFIX + where
     token = secrets.token_hex(8)
-    if not cache.set(lock, token, nx=True, px=LOCK_MS):
+    if not locks.take(cache, lock, token, LOCK_MS):
         raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
     try:
         record, run = _read(cache, where, pub.number)
@@ -192,10 +192,10 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
                 comment_id = _write(gh, pub, comment_id, app_id, look=look)
         except GitHubError as exc:
             if not retry.maybe_done(exc.__cause__):
-                _release(cache, unheard, token)  # GitHub answered: nothing of this write is on its way
+                locks.release(cache, unheard, token)  # GitHub answered: nothing of this write is on its way
             raise  # no answer: the mark stays, and lapses once GitHub has ended the request
-        if not _still_mine(cache, lock, token):  # the lock lapsed: someone else may have written since
-            _release(cache, unheard, token)  # answered, though: not another writer's mark, if one took over
+        if locks.holder(cache, lock) != token:  # the lock lapsed: someone else may have written since
+            locks.release(cache, unheard, token)  # answered: not another writer's mark, if one took over
             raise Busy("issue-busy", f"lost the status-comment lock of #{pub.number}")
         mapping = {"comment_id": str(comment_id), "body_sha256": digest}
         if not passing:
@@ -207,7 +207,7 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
             pipe.execute()
         return f"status comment {comment_id}"
     finally:
-        _release(cache, lock, token)
+        locks.release(cache, lock, token)
 
 
 def _read(cache: redis.Redis, where: str, number: int) -> tuple[dict[str, str], str | None]:
@@ -244,37 +244,15 @@ def _write(
     return api.upsert_comment(gh, pub.full_name, number, body, ours)
 
 
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-def _still_mine(cache: redis.Redis, lock: str, token: str) -> bool:
-    held = cache.get(lock)
-    return held is not None and records.text(held) == token
-
-
-def _release(cache: redis.Redis, lock: str, token: str) -> None:
-    cache.register_script(_RELEASE)(keys=[lock], args=[token])
-
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-
-
 def _renewer(cache: redis.Redis, lock: str, token: str) -> Callable[[], bool]:
     """Renews an issue's status-comment lock while its holder waits on GitHub (``keepalive``), so the
     lock can be short: a writer that dies (SIGKILL, a lost machine) holds the issue for LOCK_MS at
     most, not for as long as the slowest write could take."""
-    script = cache.register_script(_RENEW)
 
     def renew() -> bool:
         try:
-            # False: it lapsed and was taken; the writer finds out through ``_still_mine``.
-            return bool(script(keys=[lock], args=[token, LOCK_MS]))
+            # False: it lapsed and was taken; the writer finds out by asking whose it is.
+            return locks.renew(cache, lock, token, LOCK_MS)
         except redis.RedisError as exc:
             log.warning("could not renew a status-comment lock", extra={"lock": lock, "error": str(exc)})
             return True

@@ -38,6 +38,7 @@ from githubkit import GitHub
 from githubkit.exception import GitHubException
 
 from baton import keys, queues, records
+from worker import locks
 from worker.context import Context
 from worker.github.client import github_error
 
@@ -54,8 +55,6 @@ STATE_KEY = keys.REDELIVERY_STATE_KEY  # hash: next_at, backoff_s, checkpoint, a
 REQUESTED_PREFIX = keys.REDELIVERY_GUID_PREFIX  # + guid -> redeliveries Baton asked for
 GIVEN_UP_KEY = keys.REDELIVERY_GIVEN_UP_KEY  # set of GUIDs given up (counted once)
 KEEP_S = RETENTION_S + 24 * 3600
-
-_UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ def maybe_run(ctx: Context, *, now: float | None = None) -> Summary | None:
     if due is not None and float(due) > at:
         return None
     token = secrets.token_hex(8)
-    if not ctx.redis.set(LOCK_KEY, token, nx=True, px=LOCK_MS):
+    if not locks.take(ctx.redis, LOCK_KEY, token, LOCK_MS):
         return None
     try:
         due = ctx.redis.hget(STATE_KEY, "next_at")  # another pass may have finished just now
@@ -170,7 +169,7 @@ def maybe_run(ctx: Context, *, now: float | None = None) -> Summary | None:
             return None
         return run_pass(ctx, interval_s, include_4xx=include_4xx, now=at)
     finally:
-        ctx.redis.register_script(_UNLOCK)(keys=[LOCK_KEY], args=[token])
+        locks.release(ctx.redis, LOCK_KEY, token)
 
 
 def run_pass(ctx: Context, interval_s: float, *, include_4xx: bool = False, now: float) -> Summary:

@@ -38,7 +38,7 @@ from baton import keys
 from baton.errors import BatonError
 from baton.tasks import Task
 from evidence import statement
-from worker import audit, config, lifecycle, receipts
+from worker import audit, config, lifecycle, locks, receipts
 from worker.authorize import ROLE_RANK, effective_role
 from worker.context import Context
 from worker.gates import builtin, commands, secrets
@@ -506,29 +506,20 @@ def _complete_now(ctx: Context, task: Task, run_id: int, head: str, verdict: Ver
 
 # -- Redis: the lock, the stored results, approvals ----------------------------------------------------
 
-_UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-
-_TAKE_OVER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end
-return 0
-"""
-
 
 def _lock(client: redis.Redis, key: str, task_id: str) -> str | None:
     """None if the key is now ours; else the task that holds it. A holder that has ended (its
     worker died mid-evaluation, and its check run was completed as failed) is taken over."""
     for _ in range(3):
-        if client.set(LOCK_PREFIX + key, task_id, nx=True, px=LOCK_MS):
+        if locks.take(client, LOCK_PREFIX + key, task_id, LOCK_MS):
             return None
-        held = client.get(LOCK_PREFIX + key)
-        holder = held.decode() if isinstance(held, bytes) else held
+        holder = locks.holder(client, LOCK_PREFIX + key)
         if holder is None:
             continue
         if holder == task_id:
             return None
         if lifecycle.current(client, holder) not in (lifecycle.State.QUEUED, lifecycle.State.RUNNING):
-            if client.register_script(_TAKE_OVER)(keys=[LOCK_PREFIX + key], args=[holder, task_id, LOCK_MS]):
+            if locks.take_over(client, LOCK_PREFIX + key, holder, task_id, LOCK_MS):
                 return None
             continue
         return holder
@@ -536,7 +527,7 @@ def _lock(client: redis.Redis, key: str, task_id: str) -> str | None:
 
 
 def _unlock(client: redis.Redis, key: str, task_id: str) -> None:
-    client.register_script(_UNLOCK)(keys=[LOCK_PREFIX + key], args=[task_id])
+    locks.release(client, LOCK_PREFIX + key, task_id)
 
 
 def _store(client: redis.Redis, key: str, result: dict[str, Any]) -> dict[str, Any] | None:
