@@ -36,8 +36,9 @@ OUTBOX_KEY = keys.OUTBOX_KEY
 RUN_LOCK_PREFIX = keys.RUN_LOCK_PREFIX
 
 
-def text(raw: bytes | str | None) -> str:
-    """A value read from Redis as text ("" for none): redis-py answers bytes unless asked not to."""
+def text(raw: object) -> str:
+    """A value read from Redis as text ("" for none): redis-py answers bytes unless asked not to,
+    and a script's reply may be a number. The one place Baton decodes a Redis reply."""
     if raw is None:
         return ""
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

@@ -75,7 +75,7 @@ def _counts(found: Mapping[bytes | str, bytes | str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, value in found.items():
         with contextlib.suppress(ValueError):
-            counts[name.decode(errors="replace") if isinstance(name, bytes) else str(name)] = int(value)
+            counts[records.text(name)] = int(value)
     return counts
 
 

@@ -291,7 +291,7 @@ class Enqueuer:
             elif result == 1:
                 future.set_result(None)
             else:  # the id of the task already stored for this delivery id or body
-                future.set_result(result.decode() if isinstance(result, bytes) else str(result))
+                future.set_result(records.text(result))
 
     async def _execute(self, items: list[Prepared]) -> list[object]:
         if self._sha is None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import redis
 from redis.client import Pipeline
 
+from baton import records
 from baton.logs import timestamp
 from evidence import audit as chain
 from evidence.audit import AuditChain, derive_key
@@ -37,7 +38,7 @@ def _detail(text: str) -> str:
 
 
 def _installation(raw: bytes | str | None) -> int:
-    value = raw.decode() if isinstance(raw, bytes) else raw
+    value = records.text(raw)
     return int(value) if value and value.isdigit() else 0
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from githubkit import GitHub
 
-from baton import keys
+from baton import keys, records
 from baton.errors import BatonError
 from baton.tasks import Repository, Task
 from worker.github import api
@@ -123,7 +123,7 @@ def visibility(
     key = f"{VISIBILITY_PREFIX}{installation_id}:{org_full}"
     cached = cache.get(key)
     if cached is not None:
-        return Visibility(cached.decode() if isinstance(cached, bytes) else str(cached))
+        return Visibility(records.text(cached))
     found = api.repo_installation(app.app, org_full)
     if found is not None and found == installation_id:
         seen = Visibility.INSTALLED

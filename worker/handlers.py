@@ -330,7 +330,7 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Re
     )
     holder = ctx.redis.get(f"{records.RUN_LOCK_PREFIX}{repo.id}:{task.number}")
     # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it.
-    who = holder.decode() if isinstance(holder, bytes) else holder
+    who = records.text(holder)
     return Result(
         State.DONE, f"cancel for #{task.number}: " + (f"run {who} told to stop" if who else "no run active")
     )

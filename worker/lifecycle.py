@@ -95,7 +95,7 @@ def check(before: State | None, after: State) -> None:
 def _state(raw: bytes | str | None) -> State | None:
     if not raw:
         return None
-    return State(raw.decode() if isinstance(raw, bytes) else raw)
+    return State(records.text(raw))
 
 
 def current(client: redis.Redis, task_id: str) -> State | None:
@@ -104,7 +104,7 @@ def current(client: redis.Redis, task_id: str) -> State | None:
 
 def field(client: redis.Redis, task_id: str, name: str) -> str | None:
     raw = client.hget(PREFIX + task_id, name)
-    return raw.decode() if isinstance(raw, bytes) else raw
+    return None if raw is None else records.text(raw)
 
 
 def move(
@@ -190,7 +190,7 @@ def renew_lease(client: redis.Redis, task_id: str) -> bool:
 
 def expired_leases(client: redis.Redis, now: float | None = None, limit: int = 100) -> list[str]:
     found = client.zrangebyscore(LEASES, "-inf", now if now is not None else time.time(), start=0, num=limit)
-    return [t.decode() if isinstance(t, bytes) else str(t) for t in found]
+    return [records.text(t) for t in found]
 
 
 _CLAIM_EXPIRED = """

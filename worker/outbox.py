@@ -108,7 +108,7 @@ def due(client: redis.Redis, now: float | None = None, limit: int = 50) -> list[
     found = client.zrangebyscore(
         records.OUTBOX_KEY, "-inf", time.time() if now is None else now, start=0, num=limit
     )
-    return [t.decode() if isinstance(t, bytes) else str(t) for t in found]
+    return [records.text(t) for t in found]
 
 
 def drain(

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import redis
 
-from baton import keys
+from baton import keys, records
 from evidence import dsse
 from evidence.keys import PublicKey
 from evidence.log import Log
@@ -60,8 +60,8 @@ def remember_receipt(client: redis.Redis, task_id: str, check: str, installation
 
 def recorded_tasks(client: redis.Redis) -> list[str]:
     """Every task with a recorded admission decision, sorted (a SCAN: fine for an operator's check)."""
-    found = {k.decode()[len(DECISION_PREFIX) :] for k in client.scan_iter(f"{DECISION_PREFIX}*", count=1000)}
-    return sorted(found)
+    found = client.scan_iter(f"{DECISION_PREFIX}*", count=1000)
+    return sorted({records.text(k)[len(DECISION_PREFIX) :] for k in found})
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _signed_decision(client: redis.Redis, task_id: str, keys: Mapping[str, Publi
     where = client.hget(RECEIPTS_PREFIX + task_id, "baton/trifecta")
     if where is None:
         return None
-    text = where.decode() if isinstance(where, bytes) else str(where)
+    text = records.text(where)
     installation, _, index = text.partition(":")
     entries = Log(client, int(installation)).entries(int(index), int(index) + 1)
     if not entries:

@@ -34,7 +34,7 @@ import orjson
 import redis
 from githubkit import GitHub
 
-from baton import keys
+from baton import keys, records
 from baton.errors import BatonError
 from baton.tasks import Task
 from evidence import statement
@@ -287,7 +287,7 @@ def _judge(
         gate_results,
         waiting=waiting,
         seconds=time.monotonic() - started,
-        approved_by=approved.decode() if isinstance(approved, bytes) else None,
+        approved_by=None if approved is None else records.text(approved),
         change=(base, diff_sha256),
     )
 

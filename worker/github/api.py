@@ -19,7 +19,7 @@ import redis
 from githubkit import GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from baton import keys
+from baton import keys, records
 from worker.authorize import Permission
 from worker.github.client import GitHubError, error_detail, github_error
 from worker.github.limits import Action, Annotation, Output, actions_to_api, annotation_batches
@@ -120,7 +120,7 @@ def conditional_get(gh: GitHub[Any], cache: redis.Redis, path: str) -> Any:
     with that ETag is the answer. The ETag is GitHub's, of that body, so a 304 is as fresh as a 200."""
     key = ETAG_PREFIX + path
     etag, body = cache.hmget(key, ["etag", "body"])
-    tag = etag.decode() if isinstance(etag, bytes) else str(etag or "")
+    tag = records.text(etag)
     headers = {"If-None-Match": tag} if tag and body else {}
     try:
         response = gh.request("GET", path, headers=headers)

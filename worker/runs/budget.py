@@ -33,7 +33,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import redis
 
-from baton import keys
+from baton import keys, records
 from worker.runner.gateway.spend import Left, usd
 
 BUDGET_PREFIX = keys.BUDGET_PREFIX
@@ -225,7 +225,7 @@ def active_key(scope: Scope) -> str:
 def _text(raw: object) -> str | None:
     if raw is None:
         return None
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    return records.text(raw)
 
 
 def _number(raw: object) -> float:
