@@ -16,12 +16,14 @@ from __future__ import annotations
 # -- Tasks: the web side writes the first state, the worker (worker.lifecycle) every move after.
 
 #: + task id: the task's record, a hash (state, detail, updated_at, ...); web then worker; 30 days.
+#: + task id + ``baton.records.HISTORY_SUFFIX``: its moves, a list, newest last; same writers, same TTL.
 TASK_PREFIX = "baton:task:"
 #: + state name: a sorted set of task ids scored by when they reached it; web then worker; no TTL.
 REGISTRY_PREFIX = "baton:tasks:"
 #: Running tasks scored by when their lease runs out (a sorted set); worker.lifecycle; no TTL.
 LEASES_KEY = "baton:leases"
-#: Publications not yet on GitHub, task ids scored by next attempt; worker.outbox; no TTL.
+#: Publications (status comments, check-run completions) not yet on GitHub: task ids scored by
+#: their next attempt; worker.lifecycle and worker.outbox; no TTL. Its size is a gauge in /metrics.
 OUTBOX_KEY = "baton:outbox"
 
 # -- Deliveries: written by the web side's enqueue script (bot.enqueue).
@@ -35,9 +37,11 @@ PAYLOAD_PREFIX = "baton:payload:"
 
 #: Worker counters, a hash event name -> count; many worker modules; rendered by bot; no TTL.
 COUNTERS_KEY = "baton:counters"
-#: GitHub calls, a hash "<task kind>:counted|free" -> count; worker.github.transport; no TTL.
+#: GitHub calls, a hash "<task kind>:counted|free" -> count ("free": a 304 to a conditional
+#: request, which GitHub does not count against the rate limit); worker.github.transport; no TTL.
 GITHUB_REQUESTS_KEY = "baton:github-requests"
-#: What each host's box can enforce, a hash host -> JSON; worker.rqworker at start; no TTL.
+#: What each host's box can enforce, a hash host -> JSON {network_cutoff, problems, at};
+#: worker.rqworker when that host's worker starts; no TTL.
 BOX_PROBES_KEY = "baton:box-probes"
 
 # -- Agent runs (worker.runs).

@@ -10,30 +10,20 @@ from __future__ import annotations
 
 from baton import keys
 
-#: The task's record: a hash with ``state``, ``detail``, ``updated_at`` and the fields moves add.
+# The names both sides use (what each key holds, and its TTL, are said in baton/keys.py).
 TASK_PREFIX = keys.TASK_PREFIX
-#: + state name: a sorted set of task ids, scored by the time they reached that state.
 REGISTRY_PREFIX = keys.REGISTRY_PREFIX
+COUNTERS_KEY = keys.COUNTERS_KEY
+GITHUB_REQUESTS_KEY = keys.GITHUB_REQUESTS_KEY
+BOX_PROBES_KEY = keys.BOX_PROBES_KEY
+OUTBOX_KEY = keys.OUTBOX_KEY
+RUN_LOCK_PREFIX = keys.RUN_LOCK_PREFIX
 #: Appended to a record's key: its list of moves, newest last, at most HISTORY_LIMIT long.
 HISTORY_SUFFIX = ":history"
 HISTORY_LIMIT = 100
 RECORD_TTL_S = 30 * 24 * 3600
 #: The first state of every task, written by the enqueue script.
 QUEUED = "queued"
-
-#: Counters the worker keeps for `/metrics` (a hash: field -> count); `baton serve` renders them.
-COUNTERS_KEY = keys.COUNTERS_KEY
-#: GitHub calls the workers made: a hash "<task kind>:counted|free" -> count, where "free" is a
-#: 304 to a conditional request (GitHub does not count it against the rate limit).
-GITHUB_REQUESTS_KEY = keys.GITHUB_REQUESTS_KEY
-#: What each worker machine's box can enforce (``worker.runner.probe``): host -> JSON with
-#: ``network_cutoff``, ``problems`` and ``at`` (when that host's worker last started).
-BOX_PROBES_KEY = keys.BOX_PROBES_KEY
-#: Publications (status comments, check-run completions) not yet on GitHub: a sorted set of
-#: task ids scored by the time of their next attempt. Its size is a gauge in `/metrics`.
-OUTBOX_KEY = keys.OUTBOX_KEY
-#: + repo id : issue number -> the id of the task whose agent run holds the issue (one run per issue).
-RUN_LOCK_PREFIX = keys.RUN_LOCK_PREFIX
 
 
 def text(raw: object) -> str:

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from baton import keys
+from evidence import audit, log
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("baton", "bot", "worker", "demo", "emulator")
@@ -93,3 +94,15 @@ def test_each_name_is_one_key() -> None:
     assert len(values) == len(set(values))
     overlaps = [(p, k) for p in values if p.endswith(":") for k in values if k != p and k.startswith(p)]
     assert overlaps == []
+
+
+def test_evidence_keeps_to_its_own_two_families() -> None:
+    """``evidence`` spells its keys itself; they must not fall under any of Baton's, nor the reverse."""
+    families = ("baton:log:", "baton:audit:")
+    assert log.INSTALLATIONS.startswith(families[0])
+    assert audit.INSTALLATIONS.startswith(families[1])
+    assert audit.pending_key(7).startswith(families[1])
+    assert audit.chain_key(7).startswith(families[1])
+    values = _names().values()
+    assert [v for v in values if v.startswith(families)] == []
+    assert [(p, f) for p in values if p.endswith(":") for f in families if f.startswith(p)] == []

@@ -50,7 +50,7 @@ from worker.status import Status, is_status_comment, render
 
 log = logging.getLogger("baton.publish")
 
-ISSUE_PREFIX = keys.ISSUE_PREFIX  # + repo id : issue number -> hash {comment_id, received_at, task_id}
+ISSUE_PREFIX = keys.ISSUE_PREFIX  # what each key holds, and for how long: baton/keys.py
 LOCK_PREFIX = keys.ISSUE_LOCK_PREFIX
 #: A dead writer's lock lapses this soon (a later status of the issue waits no longer); a live
 #: writer renews it every LOCK_RENEW_S for as long as its GitHub calls take (``_renewer``).

@@ -51,9 +51,9 @@ RETENTION_S = 3 * 24 * 3600  # GitHub keeps deliveries this long
 MAX_BACKOFF_S = 3600
 LOCK_KEY = keys.REDELIVERY_LOCK_KEY
 LOCK_MS = 10 * 60 * 1000  # longer than a bounded pass takes
-STATE_KEY = keys.REDELIVERY_STATE_KEY  # hash: next_at, backoff_s, checkpoint, asked, last_pass
-REQUESTED_PREFIX = keys.REDELIVERY_GUID_PREFIX  # + guid -> redeliveries Baton asked for
-GIVEN_UP_KEY = keys.REDELIVERY_GIVEN_UP_KEY  # set of GUIDs given up (counted once)
+STATE_KEY = keys.REDELIVERY_STATE_KEY  # what each key holds: baton/keys.py
+REQUESTED_PREFIX = keys.REDELIVERY_GUID_PREFIX
+GIVEN_UP_KEY = keys.REDELIVERY_GIVEN_UP_KEY
 KEEP_S = RETENTION_S + 24 * 3600
 
 

@@ -15,9 +15,10 @@ from baton import keys, records
 from worker import lifecycle, locks
 from worker.gates.verdicts import Evaluation
 
-RESULT_PREFIX = keys.GATE_RESULT_PREFIX  # + repo id : head : policy digest -> the verified result (JSON)
-LOCK_PREFIX = keys.GATE_LOCK_PREFIX  # same key -> the evaluating task
-APPROVAL_PREFIX = keys.GATE_APPROVAL_PREFIX  # + repo id : pull number : head -> who approved
+# What each key holds, and for how long: baton/keys.py.
+RESULT_PREFIX = keys.GATE_RESULT_PREFIX
+LOCK_PREFIX = keys.GATE_LOCK_PREFIX
+APPROVAL_PREFIX = keys.GATE_APPROVAL_PREFIX
 RESULT_TTL_S = 30 * 24 * 3600
 LOCK_MS = 2 * 3600 * 1000
 

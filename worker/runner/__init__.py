@@ -3,7 +3,8 @@
 Rooms of their own, each one idea: ``adapters`` (how each CLI is driven),
 ``prompt`` (the fixed template around untrusted issue text), ``box``
 (bubblewrap: what the agent can see and do, and the report of what was
-actually enforced), ``proxy`` (the only way out of the box, and its egress
-log), ``inspect`` (what the agent changed, judged as hostile input), and
-``run`` (the whole path, as `baton run` and the worker use it).
+actually enforced; its argv is built, from plain data, in ``bwrap``),
+``proxy`` (the only way out of the box, and its egress log), ``inspect``
+(what the agent changed, judged as hostile input), and ``run`` (the whole
+path, as `baton run` and the worker use it).
 """

@@ -28,6 +28,9 @@ be checked from the host is checked on the box's first process while it waits
 agent still waits for "go" on its stdin, sent once bwrap's init guards itself
 against the worker's death (see ``_Run._release``). The :class:`BoxReport`
 claims nothing more than that. No seccomp filter is built.
+
+This module is the process: it reads what the argv depends on from the host, spawns bwrap,
+watches it and reports. The argv itself is built, from plain data, in ``worker.runner.bwrap``.
 """
 
 from __future__ import annotations
@@ -49,8 +52,18 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from baton.errors import BatonError
+from worker.runner import bwrap
+from worker.runner.bwrap import (
+    AGENT_HOME,
+    GATEWAY_PORT,
+    PROXY_SOCKET,
+    RESERVED_ENV,
+    SYSTEM_PATH,
+    WORKSPACE,
+    MiB,
+    Network,
+)
 from worker.runner.probe import (
-    BOX_UID,
     BoxReport,
     FirstProcess,
     Host,
@@ -65,72 +78,14 @@ from worker.runner.probe import (
     wait_in_syscall,
 )
 
-__all__ = ["AGENT_HOME", "PROXY_SOCKET", "WORKSPACE", "BoxError", "BoxReport", "BoxResult", "BoxSpec",
-           "Probe", "Protection", "probe", "run"]  # fmt: skip
+__all__ = ["AGENT_HOME", "GATEWAY_PORT", "PROXY_SOCKET", "SYSTEM_PATH", "WORKSPACE", "BoxError", "BoxReport",
+           "BoxResult", "BoxSpec", "MiB", "Probe", "Protection", "probe", "run"]  # fmt: skip
 
-WORKSPACE = "/workspace"
-AGENT_HOME = "/home/agent"
-PROXY_SOCKET = "/run/baton/proxy.sock"
-PROXY_PORT = 3128
-PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
-GATEWAY_SOCKET = "/run/baton/model.sock"
-#: Where the box reaches the model gateway: a second forwarder, to ``GATEWAY_SOCKET``.
-GATEWAY_PORT = 3129
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-MiB = 1024 * 1024
 #: A cancelled box gets at most this long between SIGTERM and SIGKILL (its spec's grace_s if shorter).
 CANCEL_GRACE_S = 3.0
 #: How often a running box looks at its ``stop`` event.
 STOP_POLL_S = 0.2
-TMP_BYTES = 1024 * MiB
-SHM_BYTES = 64 * MiB
-_TMP, _SHM = "/tmp", "/dev/shm"  # noqa: S108 - the box's own tmpfs mounts, not host temp files
-Network = Literal["none", "proxy", "host"]
-_WRITABLE = (
-    WORKSPACE,
-    AGENT_HOME,
-    f"{_TMP} (tmpfs, {TMP_BYTES // MiB} MiB)",
-    f"{_SHM} (tmpfs, {SHM_BYTES // MiB} MiB)",
-)
-
-#: Set by the box; a spec's env may not name them (PATH and LANG it may override).
-RESERVED_ENV = frozenset({"HOME", "TMPDIR", "PWD", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy",
-                          "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"})  # fmt: skip
-#: The box's loopback holds nothing but Baton's two forwarders: a CLI that honours NO_PROXY reaches
-#: the model gateway straight; one that does not goes through the proxy, which hands it over.
-_NO_PROXY = "127.0.0.1,localhost"
-_PROXY_ENV = {"HTTPS_PROXY": PROXY_URL, "HTTP_PROXY": PROXY_URL, "https_proxy": PROXY_URL,
-              "http_proxy": PROXY_URL, "NO_PROXY": _NO_PROXY, "no_proxy": _NO_PROXY}  # fmt: skip
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Host /etc entries bound read-only when present; nothing else of the host's /etc is in the box.
-ETC_ALLOWED = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
-               "ssl/certs", "ssl/openssl.cnf", "pki/tls/certs", "pki/ca-trust/extracted", "protocols",
-               "services", "mime.types", "os-release", "gai.conf", "host.conf")  # fmt: skip
-_ETC_WRITTEN = {
-    "passwd": b"root:x:0:0:root:/root:/usr/sbin/nologin\nagent:x:1000:1000:Baton agent:/home/agent:/bin/sh\n"
-    b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-    "group": b"root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n",
-    "hosts": b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tbaton\n",
-    "nsswitch.conf": b"passwd: files\ngroup: files\nhosts: files dns\nprotocols: files\nservices: files\n",
-}
-#: No ro_bind may land on (or under) what the box mounts itself.
-_BOX_PATHS = ("/proc", "/dev", "/sys", WORKSPACE, AGENT_HOME, "/run/baton", "/etc/passwd", "/etc/group")
-#: The box's first command: nothing starts until the worker, having checked the box, sends "go" on
-#: stdin (EOF instead means the worker died: then nothing starts at all, see ``_Run._release``).
-_GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125\n'
-#: On stderr before the agent runs (so the agent cannot forge it) when the forwarder never listened.
-_FORWARDER_FAILED = b"baton-box: the proxy forwarder did not start\n"
-_FORWARD = """(exec {socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} \\
-</dev/null >/dev/null 2>&1 &)
-"""
-_FORWARDER = """ready() {{ while read -r _ l _ s _; do [ "$l $s" = "0100007F:$1 0A" ] && return 0; done \\
-</proc/net/tcp; return 1; }}
-n=0
-until {ready}; do
-  n=$((n+1)); [ "$n" -gt 2000 ] && {{ printf '%s\\n' '{failed}' >&2; exit 125; }}
-  sleep 0.002
-done
-"""
 
 
 class Stop(Protocol):
@@ -277,7 +232,7 @@ def _check_paths(spec: BoxSpec) -> None:
     for path in map(Path, spec.ro_binds):
         if not path.is_absolute() or not path.exists():
             raise ValueError(f"ro_binds: {path} is not an existing absolute path")
-        if any(str(path) == p or str(path).startswith(p + "/") for p in _BOX_PATHS):
+        if any(str(path) == p or str(path).startswith(p + "/") for p in bwrap.BOX_PATHS):
             raise ValueError(f"ro_binds: {path} would cover what the box mounts itself")
         if any(k.resolve().is_relative_to(path.resolve()) for k in kept):
             raise ValueError(
@@ -337,7 +292,7 @@ class _Run:
                     self.memory = Protection(
                         False, f"not in force: no cgroup in {facts.memory_cgroup}: {exc}"
                     )
-            options = [*_options(spec, facts, self._memfd), "--json-status-fd", str(status_w)]
+            options = [*bwrap.options(_mounts(spec, facts, self._memfd)), "--json-status-fd", str(status_w)]
             args_fd = self._memfd(
                 b"".join(o.encode() + b"\0" for o in [*options, "--block-fd", str(self.block_r)])
             )
@@ -348,7 +303,7 @@ class _Run:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=_env(spec),
+                env=bwrap.environment(spec.env, spec.network),
                 cwd="/",
                 pass_fds=passed,
                 start_new_session=True,
@@ -533,7 +488,7 @@ class _Run:
             raise BoxError(
                 "box-setup-failed", "bubblewrap could not build the box: " + safe_tail(stderr, 3, 500)
             )
-        if self.spec.network == "proxy" and returncode == 125 and stderr.startswith(_FORWARDER_FAILED):
+        if self.spec.network == "proxy" and returncode == 125 and stderr.startswith(bwrap.FORWARDER_FAILED):
             raise BoxError("box-forwarder-failed", "the proxy forwarder in the box did not start listening")
         code: int | None = returncode
         sig: int | None = None
@@ -571,84 +526,42 @@ class _Run:
             self.seen,
             memory=self.memory,
             guarded=self.guarded,
-            writable=_WRITABLE,
+            writable=bwrap.WRITABLE,
             ro_binds=tuple(map(str, self.spec.ro_binds)),
         )
 
 
-def _options(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> list[str]:
-    """bwrap's options for ``spec``; ``memfd(content)`` gives an fd bwrap reads a written file from."""
-    opts = [
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        *(["--share-net"] * (spec.network == "host")),
-    ]
-    opts += ["--uid", str(BOX_UID), "--gid", str(BOX_UID), "--hostname", "baton"]
-    opts += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
-    for name, target in facts.root_links:
-        opts += ["--symlink", target, f"/{name}"] if target else ["--ro-bind", f"/{name}", f"/{name}"]
-    # Directories are bound; files are copied (a mount costs bwrap ~0.4 ms, a copy ~nothing), as are the
-    # written ones. Copies live on the root tmpfs, made read-only at the end.
-    copies = dict(_ETC_WRITTEN)
-    for entry in (*ETC_ALLOWED, *(["resolv.conf"] * (spec.network == "host"))):
+def _mounts(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> bwrap.Mounts:
+    """What the box's mounts depend on, read from the host: which allowed /etc entries exist (a
+    directory is bound, a file copied), and a memfd for each copied or written /etc file."""
+    dirs: list[str] = []
+    copies = dict(bwrap.ETC_WRITTEN)
+    for entry in bwrap.etc_entries(spec.network):
         if os.path.isdir(f"/etc/{entry}"):
-            opts += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+            dirs.append(entry)
         else:
             with contextlib.suppress(OSError):
                 copies.setdefault(entry, Path(f"/etc/{entry}").read_bytes())
-    for name, content in copies.items():
-        opts += ["--perms", "0444", "--file", str(memfd(content)), f"/etc/{name}"]
-    opts += [
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        str(SHM_BYTES),
-        "--tmpfs",
-        _SHM,
-        "--remount-ro",
-        "/dev",
-    ]
-    opts += ["--size", str(TMP_BYTES), "--tmpfs", _TMP]
-    opts += [
-        "--bind",
-        str(spec.workspace.resolve()),
-        WORKSPACE,
-        "--bind",
-        str(spec.home.resolve()),
-        AGENT_HOME,
-    ]
-    if spec.proxy_socket is not None:
-        opts += ["--ro-bind", str(spec.proxy_socket.resolve()), PROXY_SOCKET]
-    if spec.gateway_socket is not None:
-        opts += ["--ro-bind", str(spec.gateway_socket.resolve()), GATEWAY_SOCKET]
-    for path in spec.ro_binds:
-        opts += ["--ro-bind", str(path), str(path)]
-    return [*opts, "--chdir", WORKSPACE, "--remount-ro", "/"]
+    return bwrap.Mounts(
+        network=spec.network,
+        workspace=str(spec.workspace.resolve()),
+        home=str(spec.home.resolve()),
+        proxy_socket=None if spec.proxy_socket is None else str(spec.proxy_socket.resolve()),
+        gateway_socket=None if spec.gateway_socket is None else str(spec.gateway_socket.resolve()),
+        ro_binds=tuple(map(str, spec.ro_binds)),
+        root_links=facts.root_links,
+        etc_dirs=tuple(dirs),
+        etc_files=tuple((name, memfd(content)) for name, content in copies.items()),
+    )
 
 
 def _command(spec: BoxSpec, facts: Host) -> list[str]:
-    """The gate (and the forwarder), then the rlimits, then the agent."""
-    limits = []
-    if facts.prlimit is not None:
-        limits = [facts.prlimit, "--core=0"]
-        limits += [f"--fsize={spec.max_file_bytes}"] * bool(spec.max_file_bytes)
-        limits += [f"--nproc={spec.max_processes}"] * bool(spec.max_processes)
-        limits += ["--"]
-    script = _GATE
-    if spec.network == "proxy":
-        failed = _FORWARDER_FAILED.decode().strip()
-        doors = [(PROXY_PORT, PROXY_SOCKET)] + [(GATEWAY_PORT, GATEWAY_SOCKET)] * (
-            spec.gateway_socket is not None
-        )
-        script += "".join(_FORWARD.format(socat=facts.socat, port=port, sock=sock) for port, sock in doors)
-        ready = " && ".join(f"ready {port:04X}" for port, _ in doors)
-        script += _FORWARDER.format(ready=ready, failed=failed)
-    return ["/bin/sh", "-c", script + 'exec "$@"\n', "baton-box", *limits, *spec.argv]
-
-
-def _env(spec: BoxSpec) -> dict[str, str]:
-    env = {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", **spec.env, "HOME": AGENT_HOME, "TMPDIR": _TMP}
-    return {**env, **_PROXY_ENV} if spec.network == "proxy" else env
+    return bwrap.command(
+        spec.argv,
+        network=spec.network,
+        gateway=spec.gateway_socket is not None,
+        socat=facts.socat,
+        prlimit=facts.prlimit,
+        max_file_bytes=spec.max_file_bytes,
+        max_processes=spec.max_processes,
+    )
