@@ -90,8 +90,6 @@ def _run(block: Block, work: Path, env: dict[str, str]) -> None:
 @pytest.fixture(scope="session")
 def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``demo-out/`` from one ``baton demo`` run, shared by every block that needs it."""
-    if not any(_kind(b) == "needs demo" for b in _shell_blocks()):
-        pytest.skip("no block needs the demo")
     base = tmp_path_factory.mktemp("demo")
     argv = [sys.executable, "-m", "baton", "demo", "--out", "demo-out"]
     done = subprocess.run(argv, cwd=base, env=_env(base, {}), capture_output=True, text=True,
@@ -100,32 +98,20 @@ def demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "demo-out"
 
 
-def _params(kind: str) -> list[object]:
-    return [pytest.param(b, id=b.where) for b in _shell_blocks() if _kind(b) == kind]
+def _runnable() -> list[object]:
+    return [pytest.param(b, id=b.where) for b in _shell_blocks() if _kind(b) in KINDS]
 
 
-@pytest.mark.parametrize("block", _params("offline"))
-def test_an_offline_example_runs(block: Block, tmp_path: Path) -> None:
-    work = _workdir(tmp_path)
-    _run(block, work, _env(tmp_path / "home", {}))
-
-
-@pytest.mark.parametrize("block", _params("needs redis"))
-def test_an_example_that_needs_redis_runs(block: Block, tmp_path: Path, redis_url: str) -> None:
-    work = _workdir(tmp_path)
-    _run(block, work, _env(tmp_path / "home", {"REDIS_URL": redis_url}))
-
-
-@pytest.mark.parametrize("block", _params("needs demo"))
-def test_an_example_on_the_demos_files_runs(block: Block, tmp_path: Path, demo_out: Path) -> None:
-    work = _workdir(tmp_path)
-    shutil.copytree(demo_out, work / "demo-out")
-    _run(block, work, _env(tmp_path / "home", {}))
-
-
-@pytest.mark.parametrize("block", _params("needs agent CLIs"))
-def test_an_example_with_a_real_agent_cli_runs(block: Block, tmp_path: Path, agent_cli_bin: Path) -> None:
+@pytest.mark.parametrize("block", _runnable())
+def test_a_shell_example_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Each block gets what its marker names, and only that (a fixture is started only when asked)."""
     work = _workdir(tmp_path)
     env = _env(tmp_path / "home", {})
-    env["PATH"] = f"{agent_cli_bin}:{env['PATH']}"
+    kind = _kind(block)
+    if kind == "needs redis":
+        env["REDIS_URL"] = request.getfixturevalue("redis_url")
+    elif kind == "needs demo":
+        shutil.copytree(request.getfixturevalue("demo_out"), work / "demo-out")
+    elif kind == "needs agent CLIs":
+        env["PATH"] = f"{request.getfixturevalue('agent_cli_bin')}:{env['PATH']}"
     _run(block, work, env)
