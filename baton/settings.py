@@ -37,7 +37,7 @@ KNOWN: dict[str, str] = {
     "PRIVATE_KEY": "the App's PEM private key (or use PRIVATE_KEY_PATH)",
     "PRIVATE_KEY_PATH": "path to the App's PEM private key",
     "WEBHOOK_SECRET": "webhook secret; several, comma-separated, while rotating",
-    "REDIS_URL": "redis:// or rediss:// URL; unset starts an embedded server",
+    "REDIS_URL": "redis://, rediss:// or unix:// URL; unset starts an embedded server",
     "GITHUB_API_URL": "REST API root (GitHub Enterprise Server: https://HOST/api/v3)",
     "LOG_LEVEL": "one of " + ", ".join(LOG_LEVELS),
     "HOST": "address `baton serve` binds (default 127.0.0.1)",
