@@ -4,7 +4,7 @@ The strings are stored data: a key renamed here orphans what a running deploymen
 written, so they never change. A name ending in ``:`` is a prefix; what follows it is given in
 the comment. The modules that use a key keep their own short name for it (``LEASES``,
 ``LOCK_PREFIX``) bound to the constant here, so only this file spells ``baton:``
-(``tests/test_keys.py`` holds it to that).
+(``tests/baton/test_keys.py`` holds it to that).
 
 ``evidence`` (the receipts library, usable without Baton) keeps its own two families,
 ``baton:log:*`` (``evidence.log``) and ``baton:audit:*`` (``evidence.audit``): it may not import

@@ -14,7 +14,7 @@ from pathlib import Path
 from baton import keys
 from evidence import audit, log
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("baton", "bot", "worker", "demo", "emulator")
 HOME = "baton/keys.py"
 #: A Redis name: a string that starts ``baton:`` and a name character (not prose such as

@@ -20,7 +20,7 @@ from emulator.model.command import register
 from emulator.model.script import ScriptError, parse_script
 from emulator.model.standin import RECORD_NAME, ModelStandin, key_fingerprint
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WS = "/workspace"
 Event = tuple[str, dict[str, Any]]
 
