@@ -72,6 +72,21 @@ class Result:
     fields: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HandOff:
+    """An admitted run: not over. ``worker.jobs`` moves the task back to ``queued`` with its run
+    job on the agents queue (``worker.runs.admit.hand_off``), and says ``status`` on the issue."""
+
+    detail: str
+    status: Status
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+#: What a handler decides: how the task ends, or that it goes on in the agents queue.
+Decided = Result | HandOff
+Handler = Callable[[Context, Task], Decided]
+
+
 def failed(
     task: Task,
     exc: BatonError,
@@ -204,7 +219,7 @@ def _admit(
 
 def agent_run(
     ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = _UNSET
-) -> Result:
+) -> Decided:
     label = task.kind is Kind.AGENT_RUN
     admitted = _admit(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
     if isinstance(admitted, Result):
@@ -248,9 +263,9 @@ def agent_run(
 def _reserve(
     ctx: Context, task: Task, agent: str, *, offline: bool, policy: Policy, fields: dict[str, str],
     context: Sequence[str], notices: Sequence[str],
-) -> Result:  # fmt: skip
-    """Step 6: the issue's lock and the budgets (``worker.runs.admit``); a QUEUED result is handed
-    to the agents queue by ``worker.jobs``."""
+) -> Decided:  # fmt: skip
+    """Step 6: the issue's lock and the budgets (``worker.runs.admit``); a HandOff goes to the
+    agents queue through ``worker.jobs``."""
     verdict = admit.reserve(ctx, task, policy)
     if verdict.code == "busy":
         return Result(State.REFUSED, f"busy: run {verdict.holder} holds #{task.number}",
@@ -260,7 +275,7 @@ def _reserve(
                       report.over_budget(task.id, agent, verdict.lines()), fields=fields)  # fmt: skip
     fields = {**fields, admit.AGENT: agent, admit.OFFLINE: "1" if offline else "0"}
     queued = report.queued(task.id, agent, offline=offline, context=context, notices=notices)
-    return Result(State.QUEUED, "admitted", queued, fields=fields)
+    return HandOff("admitted", queued, fields=fields)
 
 
 def _digest(decision: Decision) -> str:
@@ -286,7 +301,7 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
 # -- commands, cancel -----------------------------------------------------------------------------
 
 
-def command(ctx: Context, task: Task) -> Result:
+def command(ctx: Context, task: Task) -> Decided:
     found = _permission(ctx, task)  # step 1 comes first, whatever the command says
     below = screen(task.sender, found)
     if below is not None:  # not even a reply about the command's syntax
@@ -396,7 +411,7 @@ def check_action(ctx: Context, task: Task) -> Result:
     return merge_gate(ctx, task)
 
 
-HANDLERS: dict[Kind, Callable[[Context, Task], Result]] = {
+HANDLERS: dict[Kind, Handler] = {
     Kind.AGENT_RUN: lambda ctx, task: agent_run(ctx, task, task.agent or ""),
     Kind.COMMAND: command,
     Kind.CANCEL: cancel,

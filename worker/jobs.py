@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypedDict
 
 import redis
 from rq import get_current_job
@@ -40,7 +40,16 @@ from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import transport
-from worker.handlers import AUTHORISED, CHECK_RUN_OPENING, CHECK_RUN_SENT_AT, HANDLERS, Result, failed
+from worker.handlers import (
+    AUTHORISED,
+    CHECK_RUN_OPENING,
+    CHECK_RUN_SENT_AT,
+    HANDLERS,
+    Handler,
+    HandOff,
+    Result,
+    failed,
+)
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
 from worker.runs import admit
@@ -50,23 +59,41 @@ from worker.status import render
 log = logging.getLogger("baton.jobs")
 
 
-def run_task(data: dict[str, Any]) -> dict[str, str]:
+class Dropped(StrEnum):
+    """What a job returns when it ended nothing: the task is not in this state, the job is."""
+
+    ENDED_ELSEWHERE = "ended-elsewhere"  # the task had ended meanwhile (a sweeper, a cancel): that stands
+    STALE_JOB = "stale-job"  # a run job the task has moved on from (it was retried as another job)
+
+
+class JobReturn(TypedDict):
+    """What RQ keeps as the job's result (JSON): the task's state after the job, or why it has none."""
+
+    task_id: str
+    kind: str
+    state: State | Dropped
+    detail: str
+
+
+def _returned(task: Task, state: State | Dropped, detail: str) -> JobReturn:
+    return {"task_id": task.id, "kind": task.kind.value, "state": state, "detail": detail}
+
+
+def run_task(data: dict[str, Any]) -> JobReturn:
     """RQ entry point (named in baton.queues.JOB_FUNCTION)."""
     return execute(context.current(), Task.from_dict(data))
 
 
-def run_agent(data: dict[str, Any]) -> dict[str, str]:
+def run_agent(data: dict[str, Any]) -> JobReturn:
     """RQ entry point of the agents queue (baton.queues.RUN_FUNCTION): an admitted run."""
     ctx, task = context.current(), Task.from_dict(data)
     job = get_current_job()
     if job is not None and lifecycle.field(ctx.redis, task.id, admit.JOB) != job.id:
-        return {"task_id": task.id, "kind": task.kind.value, "state": "stale-job", "detail": job.id}
+        return _returned(task, Dropped.STALE_JOB, job.id)
     return execute(ctx, task, handler=execute_run)
 
 
-def execute(
-    ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None = None
-) -> dict[str, str]:
+def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobReturn:
     kind = transport.TASK_KIND.set(task.kind.value if handler is None else "run")
     try:
         return _execute(ctx, task, handler)
@@ -78,7 +105,7 @@ def execute(
             log.warning("could not record GitHub call counts", extra={"task": task.id, "error": str(exc)})
 
 
-def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None) -> dict[str, str]:
+def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
     try:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
                        installation=str(task.installation_id or 0))  # fmt: skip
@@ -86,8 +113,9 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
         if handler is None:
             raise
         # A run job whose task ended while it waited (cancelled, or a lost worker's retry): drop it.
-        return {"task_id": task.id, "kind": task.kind.value, "state": "ended-elsewhere", "detail": "not run"}
+        return _returned(task, Dropped.ENDED_ELSEWHERE, "not run")
     unexpected: BaseException | None = None
+    result: Result | HandOff
     try:
         result = (handler or HANDLERS[task.kind])(ctx, task)
     except BaseTimeoutException as exc:  # before Exception: RQ's JobTimeoutException subclasses it
@@ -98,17 +126,12 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
     except Exception as exc:  # recorded, then re-raised for RQ
         unexpected = exc
         result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
-    if result.state is State.QUEUED:
+    if isinstance(result, HandOff):
         return _hand_off(ctx, task, result)
     published = _commit(ctx, task, result, publish=True)
     if published is None:  # another worker ended it meanwhile (its lease had run out): that stands
         log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
-        return {
-            "task_id": task.id,
-            "kind": task.kind.value,
-            "state": "ended-elsewhere",
-            "detail": result.detail,
-        }
+        return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
     seal_audit(ctx)
     # A failure's detail (never published: it may hold exception text) is the operator's to read.
     level = logging.WARNING if result.state in (State.FAILED, State.TIMED_OUT) else logging.INFO
@@ -116,7 +139,7 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
                                   "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:
         raise unexpected
-    return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+    return _returned(task, result.state, result.detail)
 
 
 def seal_audit(ctx: Context) -> None:
@@ -128,22 +151,16 @@ def seal_audit(ctx: Context) -> None:
         log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
 
 
-def _hand_off(ctx: Context, task: Task, result: Result) -> dict[str, str]:
+def _hand_off(ctx: Context, task: Task, result: HandOff) -> JobReturn:
     """An admitted run: to the agents queue, then ``queued`` on the issue."""
     try:
         job = admit.hand_off(ctx, task, result.detail, attempt=1, **result.fields)
     except lifecycle.IllegalMove:  # ended meanwhile by a sweeper: the lock is not needed any more
         admit.release(ctx, task, started=None)
-        return {
-            "task_id": task.id,
-            "kind": task.kind.value,
-            "state": "ended-elsewhere",
-            "detail": result.detail,
-        }
-    if result.status is not None:
-        status_now(ctx, task, result.status)
+        return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
+    status_now(ctx, task, result.status)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
-    return {"task_id": task.id, "kind": task.kind.value, "state": State.QUEUED.value, "detail": result.detail}
+    return _returned(task, State.QUEUED, result.detail)
 
 
 def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:

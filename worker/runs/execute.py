@@ -38,7 +38,7 @@ import redis
 from githubkit import GitHub
 
 from baton.errors import BatonError
-from baton.tasks import Task
+from baton.tasks import Outcome, Task
 from evidence import statement
 from worker import audit, config, lifecycle, receipts, replay
 from worker.context import Context
@@ -153,7 +153,7 @@ def run(ctx: Context, task: Task) -> Result:
     )
     early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
     if early is not None:
-        record = {"agent": plan.agent, "outcome": "cancelled", "reason": early.reason()}
+        record = {"agent": plan.agent, "outcome": Outcome.CANCELLED, "reason": early.reason()}
         return Result(
             State.CANCELLED,
             f"cancelled before it started: {early.reason()}",
@@ -209,7 +209,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
         if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
             record = {
                 "agent": plan.agent,
-                "outcome": "conflict",
+                "outcome": Outcome.CONFLICT,
                 "reason": f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
                 f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
             }
@@ -232,7 +232,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
         except UnknownAgent:
             record = {
                 "agent": plan.agent,
-                "outcome": "denied",
+                "outcome": Outcome.DENIED,
                 "reason": "the agent is no longer in this repository's policy",
             }
             return _ended(ctx, task, plan, record)
@@ -246,15 +246,15 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
         record["issue_sha256"] = issue_digest(plan.issue)
         replay.remember_policy(ctx.redis, policy)
         if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
-            record["outcome"], record["reason"] = "cancelled", supervisor.reason
+            record["outcome"], record["reason"] = Outcome.CANCELLED, supervisor.reason
         _save(ctx, task.id, record)
-        if record["outcome"] != "done":
+        if record["outcome"] != Outcome.DONE:
             return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
         write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
         try:
             with mirror.locked():
                 if supervisor.reason is not None:  # the last moment a cancel can still stop the push
-                    record = {**record, "outcome": "cancelled", "reason": supervisor.reason}
+                    record = {**record, "outcome": Outcome.CANCELLED, "reason": supervisor.reason}
                     _save(ctx, task.id, record)
                     return _ended(ctx, task, plan, record)
                 mirror.push(write, str(record["commit"]), branch, expect=tip)
@@ -264,7 +264,7 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                 raise
             record = {
                 **record,
-                "outcome": "conflict",
+                "outcome": Outcome.CONFLICT,
                 "reason": f"GitHub refused the push to `{branch}`: it changed while the agent ran",
             }
             return _ended(ctx, task, plan, record)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from worker.lifecycle import State
+from baton.tasks import Outcome
+from worker.lifecycle import OUTCOME_STATE, State
 from worker.messages import fenced, inert
 from worker.runner.gateway.journal import VIOLATION_PREFIX
 from worker.runner.gateway.spend import usd
@@ -239,11 +240,12 @@ def pr_opened(
 
 def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable[str] = ()) -> Status:
     """A run that opened no pull request: why, in Baton's words, and what the agent last said."""
-    outcome = str(record.get("outcome"))
+    outcome = Outcome(str(record.get("outcome")))
+    state = OUTCOME_STATE[outcome]
     retry = "Comment `/baton retry` to run it again."
-    if outcome == "no-changes":
+    if outcome is Outcome.NO_CHANGES:
         return Status(
-            State.DONE,
+            state,
             task_id,
             agent,
             "The agent finished without changing any file; nothing was pushed.",
@@ -251,7 +253,7 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             headline="✅ Done: no changes",
             next_steps=(retry,),
         )
-    if outcome == "violations":
+    if outcome is Outcome.VIOLATIONS:
         listed = list(record.get("violations") or [])
         found = [
             f"{inert(str(v.get('code')))} {inert(str(v.get('path') or '(whole diff)'), 200)}: "
@@ -260,7 +262,7 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
         ]
         asked = any(str(v.get("code", "")).startswith(VIOLATION_PREFIX) for v in listed)
         return Status(
-            State.FAILED,
+            state,
             task_id,
             agent,
             (
@@ -275,9 +277,9 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             headline="🛡️ Model requests refused" if asked else "🚧 Changes refused",
             next_steps=(retry,),
         )
-    if outcome == "over-budget":
+    if outcome is Outcome.OVER_BUDGET:
         return Status(
-            State.FAILED,
+            state,
             task_id,
             agent,
             f"{_sentence(str(record.get('reason') or 'the run reached its model spend cap'))}",
@@ -289,27 +291,26 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
                 retry,
             ),
         )
-    if outcome == "cancelled":
+    if outcome is Outcome.CANCELLED:
         return Status(
-            State.CANCELLED,
+            state,
             task_id,
             agent,
             f"The run was stopped: {record.get('reason')}. Nothing was pushed.",
             details=run_lines(record),
         )
-    if outcome == "denied":
+    if outcome is Outcome.DENIED:
         return Status(
-            State.DENIED,
+            state,
             task_id,
             agent,
             "The capability gate, asked again on the current "
             "policy when the run was about to start, denied it; no agent process was started.",
             next_steps=(retry,),
         )
-    state = State.TIMED_OUT if outcome == "timed-out" else State.FAILED
     headline = {
-        "conflict": "⚠️ Not pushed: the branch has changes Baton did not make",
-        "agent-missing": "❌ The agent is not installed",
+        Outcome.CONFLICT: "⚠️ Not pushed: the branch has changes Baton did not make",
+        Outcome.AGENT_MISSING: "❌ The agent is not installed",
     }.get(outcome)
     tail = _tail(record, secrets)
     return Status(
