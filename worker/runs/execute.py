@@ -64,6 +64,7 @@ from worker.runner import run as runner
 from worker.runs import admit, cancel, report
 from worker.runs.identity import bot_identity
 from worker.runs.mirror import Mirror, MirrorError, Remote
+from worker.runs.record import Record
 
 log = logging.getLogger("baton.runs")
 
@@ -153,7 +154,7 @@ def run(ctx: Context, task: Task) -> Result:
     )
     early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
     if early is not None:
-        record = {"agent": plan.agent, "outcome": Outcome.CANCELLED, "reason": early.reason()}
+        record = Record(plan.agent, Outcome.CANCELLED, early.reason())
         return Result(
             State.CANCELLED,
             f"cancelled before it started: {early.reason()}",
@@ -203,16 +204,16 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
         found = mirror.fetch(read, [head.branch, branch])
     tip = found.get(branch)
     saved = _saved(ctx, task.id)
-    if tip is not None and saved is not None and saved.get("commit") == tip:
+    if tip is not None and saved is not None and saved.commit == tip:
         record = saved  # pushed by an earlier attempt of this task: only the PR is left to do
     else:
         if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
-            record = {
-                "agent": plan.agent,
-                "outcome": Outcome.CONFLICT,
-                "reason": f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
+            record = Record(
+                plan.agent,
+                Outcome.CONFLICT,
+                f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
                 f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
-            }
+            )
             return _ended(ctx, task, plan, record)
         parents = _parents(mirror.path, head.sha, tip)
         try:
@@ -230,43 +231,37 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
                 stop=supervisor.stop,
             )
         except UnknownAgent:
-            record = {
-                "agent": plan.agent,
-                "outcome": Outcome.DENIED,
-                "reason": "the agent is no longer in this repository's policy",
-            }
+            record = Record(plan.agent, Outcome.DENIED, "the agent is no longer in this repository's policy")
             return _ended(ctx, task, plan, record)
-        record = run_record.to_data()
         audit.note(ctx.redis, installation, task.id, "exited", outcome=run_record.outcome,
                    exit_code=run_record.exit_code, violations=len(run_record.violations),
                    commit=run_record.commit, decision_sha256=run_record.decision_sha256)  # fmt: skip
-        record["explanation"] = _explain(ctx, policy, plan, head.private)
         # What the receipts name: the base, the issue text as the agent got it, the policy in force.
-        record["base"] = head.sha
-        record["issue_sha256"] = issue_digest(plan.issue)
+        record = Record.of(run_record, explanation=_explain(ctx, policy, plan, head.private), base=head.sha,
+                           issue_sha256=issue_digest(plan.issue))  # fmt: skip
         replay.remember_policy(ctx.redis, policy)
         if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
-            record["outcome"], record["reason"] = Outcome.CANCELLED, supervisor.reason
+            record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
         _save(ctx, task.id, record)
-        if record["outcome"] != Outcome.DONE:
+        if record.outcome is not Outcome.DONE:
             return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
         write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
         try:
             with mirror.locked():
                 if supervisor.reason is not None:  # the last moment a cancel can still stop the push
-                    record = {**record, "outcome": Outcome.CANCELLED, "reason": supervisor.reason}
+                    record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
                     _save(ctx, task.id, record)
                     return _ended(ctx, task, plan, record)
-                mirror.push(write, str(record["commit"]), branch, expect=tip)
-            audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=record["commit"])
+                mirror.push(write, str(record.commit), branch, expect=tip)
+            audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=str(record.commit))
         except MirrorError as exc:
             if exc.code != "push-rejected":
                 raise
-            record = {
-                **record,
-                "outcome": Outcome.CONFLICT,
-                "reason": f"GitHub refused the push to `{branch}`: it changed while the agent ran",
-            }
+            record = dataclasses.replace(
+                record,
+                outcome=Outcome.CONFLICT,
+                reason=f"GitHub refused the push to `{branch}`: it changed while the agent ran",
+            )
             return _ended(ctx, task, plan, record)
     return _publish(ctx, task, plan, gh, record, base_branch=head.branch)
 
@@ -319,28 +314,24 @@ def _request(
     )
 
 
-def _ended(
-    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any], agent_env: tuple[str, ...] = ()
-) -> Result:
+def _ended(ctx: Context, task: Task, plan: Plan, record: Record, agent_env: tuple[str, ...] = ()) -> Result:
     """A run that opened no pull request. If its agent ran, what it did is signed all the same (an
     injected agent's refused model requests above all) and the receipt goes on the issue."""
     status = dataclasses.replace(report.ended(task.id, plan.agent, record, agent_env), notices=plan.notices)
-    if record.get("box") and record.get("base"):
+    if record.box and record.base:
         status = dataclasses.replace(status, receipt=_unpushed_receipt(ctx, task, plan, record).text())
     fields = _usage_fields(record)
-    return Result(status.state, f"{record.get('outcome')}: {record.get('reason')}", status, fields=fields)
+    return Result(status.state, f"{record.outcome}: {record.reason}", status, fields=fields)
 
 
-def _usage_fields(record: Mapping[str, Any]) -> dict[str, str]:
-    fields = {"run_outcome": str(record.get("outcome"))}
-    agent_s = (record.get("durations") or {}).get("agent_s")
-    if isinstance(agent_s, int | float):
-        fields["agent_seconds"] = f"{agent_s:.3f}"
-    cost = record.get("cost_usd")
-    if isinstance(cost, int | float):
-        fields["cost_usd"] = f"{cost:.6f}"
-    if record.get("started_at"):
-        fields["run_started_at"] = str(record["started_at"])
+def _usage_fields(record: Record) -> dict[str, str]:
+    fields = {"run_outcome": str(record.outcome)}
+    if record.agent_seconds is not None:
+        fields["agent_seconds"] = f"{record.agent_seconds:.3f}"
+    if isinstance(record.cost_usd, int | float):
+        fields["cost_usd"] = f"{record.cost_usd:.6f}"
+    if record.started_at:
+        fields["run_started_at"] = record.started_at
     return fields
 
 
@@ -348,15 +339,15 @@ def _usage_fields(record: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _publish(
-    ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], record: Mapping[str, Any], *, base_branch: str
+    ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], record: Record, *, base_branch: str
 ) -> Result:
     repo, _ = _where(task)
     branch = report.branch_for(plan.number)
-    explanation = str(record.get("explanation") or _explanation(record))
+    explanation = record.explanation or _explanation(record)
     body = report.pr_body(number=plan.number, task_id=task.id, record=record, explanation=explanation)
     title = report.pr_title(str(plan.issue.get("title") or ""), plan.number)
     pr, updated = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
-    commit = str(record["commit"])
+    commit = str(record.commit)
     receipts_for = _receipts(ctx, task, plan, record)
     for name, (check_title, summary) in (
         (report.TRIFECTA_CHECK, report.trifecta_check(explanation)),
@@ -409,18 +400,16 @@ def open_or_update(
     raise BatonError("pull-request-failed", "GitHub neither listed nor opened the pull request")
 
 
-def _receipts(
-    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]
-) -> Callable[[str], receipts.Receipt]:
+def _receipts(ctx: Context, task: Task, plan: Plan, record: Record) -> Callable[[str], receipts.Receipt]:
     """Signing for the run's two check runs: the trifecta decision and the agent run, about the
     commit and the diff from the base the agent started on."""
     repo, installation = _where(task)
-    commit, base = str(record["commit"]), str(record.get("base") or "")
+    commit, base = str(record.commit), record.base
     with inspect_git.session(Mirror(ctx.data_dir, repo.id).path) as git:
         digest = inspect_git.diff_digest(git, base, commit)
     subjects = [receipts.commit_subject(repo.full_name, commit),
                 receipts.diff_subject(repo.full_name, base, commit, digest)]  # fmt: skip
-    decision = record.get("decision") or {}
+    decision = record.decision
 
     def sign(name: str) -> receipts.Receipt:
         if name == report.TRIFECTA_CHECK:
@@ -428,7 +417,7 @@ def _receipts(
             predicate = receipts.trifecta(
                 task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
                 private=bool((decision.get("facts") or {}).get("repo_private", True)),
-                issue_digest=str(record.get("issue_sha256") or ""), decision=decision,
+                issue_digest=record.issue_sha256, decision=decision,
                 decision_json=canonical_json(decision),
             )  # fmt: skip
         else:
@@ -440,10 +429,10 @@ def _receipts(
     return sign
 
 
-def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]) -> receipts.Receipt:
+def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Record) -> receipts.Receipt:
     """The ``baton/agent`` receipt of a run that pushed nothing: about the base the agent ran on."""
     repo, installation = _where(task)
-    base = str(record["base"])
+    base = record.base
     predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
                                    diff_digest="", record=record)  # fmt: skip
     subjects = [receipts.commit_subject(repo.full_name, base)]
@@ -511,9 +500,8 @@ def _check(
     return signed
 
 
-def _explanation(record: Mapping[str, Any]) -> str:
-    decision = record.get("decision") or {}
-    return orjson.dumps(decision, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+def _explanation(record: Record) -> str:
+    return orjson.dumps(record.decision, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
 # -- identities, secrets, the mirror ---------------------------------------------------------------
@@ -574,15 +562,14 @@ def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:
     return (tip,) if contains else (tip, base)
 
 
-def _saved(ctx: Context, task_id: str) -> dict[str, Any] | None:
+def _saved(ctx: Context, task_id: str) -> Record | None:
     raw = ctx.redis.get(admit.RECORD_PREFIX + task_id)
-    return orjson.loads(raw) if raw else None
+    return Record.from_data(orjson.loads(raw)) if raw else None
 
 
-def _save(ctx: Context, task_id: str, record: Mapping[str, Any]) -> None:
-    ctx.redis.set(
-        admit.RECORD_PREFIX + task_id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
-    )
+def _save(ctx: Context, task_id: str, record: Record) -> None:
+    data = orjson.dumps(record.to_data(), option=orjson.OPT_SORT_KEYS)
+    ctx.redis.set(admit.RECORD_PREFIX + task_id, data, ex=EVIDENCE_TTL_S)
 
 
 def _explain(ctx: Context, policy: Policy, plan: Plan, private: bool) -> str:
