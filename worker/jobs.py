@@ -40,21 +40,14 @@ from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import transport
-from worker.handlers import (
-    AUTHORISED,
-    CHECK_RUN_OPENING,
-    CHECK_RUN_SENT_AT,
-    HANDLERS,
-    Handler,
-    HandOff,
-    Result,
-    failed,
-)
+from worker.handlers import CHECK_RUN_OPENING, CHECK_RUN_SENT_AT, HANDLERS
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
+from worker.result import Handler, HandOff, Result, failed
 from worker.runs import admit
 from worker.runs.execute import run as execute_run
 from worker.status import render
+from worker.trigger import AUTHORISED
 
 log = logging.getLogger("baton.jobs")
 

@@ -40,17 +40,16 @@ from githubkit import GitHub
 from baton.errors import BatonError
 from baton.tasks import Outcome, Task
 from evidence import statement
-from worker import audit, config, lifecycle, receipts, replay
+from worker import audit, lifecycle, receipts, replay, trigger
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubError
 from worker.github.limits import Output
-from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
+from worker.handlers import EVIDENCE_TTL_S
 from worker.lifecycle import State
 from worker.policy import (
     MODEL_KEYS,
     Policy,
-    PolicyError,
     TaskFacts,
     UnknownAgent,
     canonical_json,
@@ -59,12 +58,14 @@ from worker.policy import (
 )
 from worker.policy.load import reserved_env
 from worker.publish import status_now
+from worker.result import Result
 from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
 from worker.runs import admit, cancel, report
 from worker.runs.identity import bot_identity
 from worker.runs.mirror import Mirror, MirrorError, Remote
 from worker.runs.record import Record
+from worker.trigger import where
 
 log = logging.getLogger("baton.runs")
 
@@ -117,7 +118,7 @@ class Supervisor:
 
     def tick(self) -> None:
         ctx, task = self.ctx, self.task
-        repo, _ = _where(task)
+        repo, _ = where(task)
         lifecycle.renew_lease(ctx.redis, task.id)
         if not admit.renew(ctx, task):
             self.halt("the run lost the issue's lock")
@@ -143,7 +144,7 @@ class Plan:
 
 
 def run(ctx: Context, task: Task) -> Result:
-    repo, _ = _where(task)
+    repo, _ = where(task)
     if task.number is None:
         raise BatonError("no-issue", "an agent run needs an issue")
     plan = Plan(
@@ -169,7 +170,7 @@ def run(ctx: Context, task: Task) -> Result:
 
 def _forget_local_branch(ctx: Context, task: Task) -> None:
     """The run's own branch in the mirror has served (pushed, or judged): drop it, so refs do not pile up."""
-    repo, _ = _where(task)
+    repo, _ = where(task)
     mirror = Mirror(ctx.data_dir, repo.id)
     if not mirror.path.exists():
         return
@@ -186,11 +187,10 @@ def _local_branch(task: Task) -> str:
 
 def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result:
     app = ctx.need_github()
-    repo, installation = _where(task)
-    try:
-        loaded = config.for_task(ctx, task)
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=True)
+    repo, installation = where(task)
+    loaded = trigger.policy(ctx, task, speak=True)
+    if isinstance(loaded, Result):
+        return loaded
     policy, head = loaded.merged.policy, loaded.repo
     plan.notices = tuple(loaded.notices)
     gh = app.for_repository(installation, repo.full_name, "pull-request")
@@ -341,7 +341,7 @@ def _usage_fields(record: Record) -> dict[str, str]:
 def _publish(
     ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], record: Record, *, base_branch: str
 ) -> Result:
-    repo, _ = _where(task)
+    repo, _ = where(task)
     branch = report.branch_for(plan.number)
     explanation = record.explanation or _explanation(record)
     body = report.pr_body(number=plan.number, task_id=task.id, record=record, explanation=explanation)
@@ -403,7 +403,7 @@ def open_or_update(
 def _receipts(ctx: Context, task: Task, plan: Plan, record: Record) -> Callable[[str], receipts.Receipt]:
     """Signing for the run's two check runs: the trifecta decision and the agent run, about the
     commit and the diff from the base the agent started on."""
-    repo, installation = _where(task)
+    repo, installation = where(task)
     commit, base = str(record.commit), record.base
     with inspect_git.session(Mirror(ctx.data_dir, repo.id).path) as git:
         digest = inspect_git.diff_digest(git, base, commit)
@@ -431,7 +431,7 @@ def _receipts(ctx: Context, task: Task, plan: Plan, record: Record) -> Callable[
 
 def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Record) -> receipts.Receipt:
     """The ``baton/agent`` receipt of a run that pushed nothing: about the base the agent ran on."""
-    repo, installation = _where(task)
+    repo, installation = where(task)
     base = record.base
     predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
                                    diff_digest="", record=record)  # fmt: skip
