@@ -13,6 +13,7 @@ Parts of it are agent-written (its output tail, its own summary, file paths it m
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +78,24 @@ class Record:
             data[name] = list(data[name])
         return data
 
+    def usage_fields(self) -> dict[str, str]:
+        """What the task's record keeps of the run for the budgets and the status page."""
+        fields = {"run_outcome": str(self.outcome)}
+        if self.agent_seconds is not None:
+            fields["agent_seconds"] = f"{self.agent_seconds:.3f}"
+        if isinstance(self.cost_usd, int | float):
+            fields["cost_usd"] = f"{self.cost_usd:.6f}"
+        if self.started_at:
+            fields["run_started_at"] = self.started_at
+        return fields
+
     @property
     def agent_seconds(self) -> float | None:
         found = self.durations.get("agent_s")
         return float(found) if isinstance(found, int | float) else None
+
+
+def issue_digest(issue: Mapping[str, Any]) -> str:
+    """The issue text the agent was given (title, blank line, body), by sha256: an untrusted input."""
+    text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+    return hashlib.sha256(text.encode()).hexdigest()
