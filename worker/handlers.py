@@ -19,12 +19,16 @@ where ``worker.runs.execute`` runs it):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
+import redis
+from githubkit import GitHub
 
 from baton import records
 from baton.errors import BatonError
@@ -212,25 +216,44 @@ def merge_gate(ctx: Context, task: Task) -> Result:
     if task.head_sha is None:
         raise BatonError("no-head-sha", "the delivery names no head commit")
     gh = app.for_repository(installation, repo.full_name, "gate")
-
-    def open_run(head: str) -> int:
-        output = Output("Baton merge gate", "Evaluating this commit.")
-        # Marked before it is sent and recorded at once: whatever ends this task from here on
-        # completes this run (see worker.jobs), even one whose answer this process never heard.
-        lifecycle.annotate(
-            ctx.redis, task.id, **{CHECK_RUN_OPENING: head, CHECK_RUN_SENT_AT: f"{time.time():.3f}"}
-        )
-        run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
-                                      external_id=task.id, details_url=None, output=output)  # fmt: skip
-        lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})
-        return run_id
-
+    open_run = functools.partial(_open_check_run, ctx, task, gh)
     run_id, verdict, detail = gates.evaluate(ctx, task, open_run=open_run)
     if run_id is None or verdict is None:
         return Result(State.DONE, detail)
     signed = gates.receipt(ctx, task, task.head_sha, verdict)  # logged before GitHub hears of it
     return Result(State.DONE, f"check run {run_id}: {verdict.conclusion} ({detail})",
                   check_runs=(gates.end_for(run_id, verdict, signed),))  # fmt: skip
+
+
+# The merge gate's check run is opened safely in two halves, kept here together: ``_open_check_run``
+# marks the task before the create is sent, and ``opened_check_runs`` reads the marks back for
+# whatever ends the task (``worker.jobs``), so a run whose create went unanswered is completed too
+# (the outbox finds it by name, head and the task's external id: ``worker.publish``).
+
+
+def _open_check_run(ctx: Context, task: Task, gh: GitHub[Any], head: str) -> int:
+    repo, _ = where(task)
+    output = Output("Baton merge gate", "Evaluating this commit.")
+    # Marked before it is sent and recorded at once: whatever ends this task from here on
+    # completes this run (see worker.jobs), even one whose answer this process never heard.
+    lifecycle.annotate(
+        ctx.redis, task.id, **{CHECK_RUN_OPENING: head, CHECK_RUN_SENT_AT: f"{time.time():.3f}"}
+    )
+    run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
+                                  external_id=task.id, details_url=None, output=output)  # fmt: skip
+    lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})
+    return run_id
+
+
+def opened_check_runs(client: redis.Redis, task_id: str) -> tuple[list[int], list[tuple[str, str, float]]]:
+    """The check runs a task opened (their ids), and those whose create went unanswered (name, head,
+    when sent): what ending the task must complete."""
+    raw = lifecycle.field(client, task_id, "check_run_ids") or ""
+    ids = [int(i) for i in raw.split(",") if i.isdigit()]
+    opening = lifecycle.field(client, task_id, CHECK_RUN_OPENING)
+    sent = lifecycle.field(client, task_id, CHECK_RUN_SENT_AT) or ""
+    sent_at = float(sent) if sent.replace(".", "", 1).isdigit() else 0.0  # unknown: long settled
+    return ids, [(gates.CHECK, opening, sent_at)] if opening else []
 
 
 def installation_sync(ctx: Context, task: Task) -> Result:

@@ -40,7 +40,7 @@ from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import transport
-from worker.handlers import CHECK_RUN_OPENING, CHECK_RUN_SENT_AT, HANDLERS
+from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
 from worker.result import Handler, HandOff, Result, failed
@@ -135,13 +135,17 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
     return _returned(task, result.state, result.detail)
 
 
-def seal_audit(ctx: Context) -> None:
-    """Seal captured audit events now (after each task, and on every sweep). Best effort: what is
-    not sealed stays captured, and the next try seals it."""
-    try:
-        audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
-    except (redis.RedisError, AuditError) as exc:
-        log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
+# -- how a task's job ends it: failed, handed off, or committed and published -------------------
+
+
+def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
+    if exc.code == "internal-error":
+        log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
+    speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
+    ids, unanswered = opened_check_runs(ctx.redis, task.id)
+    result = failed(task, exc, speak=speak, check_run_ids=ids, unanswered=unanswered)
+    runs = tuple(gates.signed_failure(ctx, task, end) for end in result.check_runs)
+    return dataclasses.replace(result, check_runs=runs)
 
 
 def _hand_off(ctx: Context, task: Task, result: HandOff) -> JobReturn:
@@ -154,36 +158,6 @@ def _hand_off(ctx: Context, task: Task, result: HandOff) -> JobReturn:
     status_now(ctx, task, result.status)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
     return _returned(task, State.QUEUED, result.detail)
-
-
-def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
-    if exc.code == "internal-error":
-        log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
-    speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
-    opening = lifecycle.field(ctx.redis, task.id, CHECK_RUN_OPENING)
-    sent = lifecycle.field(ctx.redis, task.id, CHECK_RUN_SENT_AT) or ""
-    sent_at = float(sent) if sent.replace(".", "", 1).isdigit() else 0.0  # unknown: long settled
-    unanswered = [(gates.CHECK, opening, sent_at)] if opening else []
-    ids = _check_runs(ctx.redis, task.id)
-    result = failed(task, exc, speak=speak, check_run_ids=ids, unanswered=unanswered)
-    runs = tuple(gates.signed_failure(ctx, task, end) for end in result.check_runs)
-    return dataclasses.replace(result, check_runs=runs)
-
-
-def _check_runs(client: redis.Redis, task_id: str) -> list[int]:
-    raw = lifecycle.field(client, task_id, "check_run_ids") or ""
-    return [int(i) for i in raw.split(",") if i.isdigit()]
-
-
-def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
-    """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
-    repo = task.repository
-    if repo is None or task.installation_id is None:
-        return None
-    comment = render(result.status) if result.status is not None and task.number is not None else None
-    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
-                      task.number, comment, result.check_runs)  # fmt: skip
-    return None if pub.empty else pub
 
 
 def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str | None:
@@ -208,6 +182,17 @@ def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str |
                           agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
 
 
+def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
+    """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
+    repo = task.repository
+    if repo is None or task.installation_id is None:
+        return None
+    comment = render(result.status) if result.status is not None and task.number is not None else None
+    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
+                      task.number, comment, result.check_runs)  # fmt: skip
+    return None if pub.empty else pub
+
+
 def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:
     if publication is None:
         lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
@@ -221,6 +206,18 @@ def publish_now(ctx: Context, task_id: str) -> str:
         return "not published: the worker has no App credentials"
     done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
+
+
+def seal_audit(ctx: Context) -> None:
+    """Seal captured audit events now (after each task, and on every sweep). Best effort: what is
+    not sealed stays captured, and the next try seals it."""
+    try:
+        audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
+    except (redis.RedisError, AuditError) as exc:
+        log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
+
+
+# -- when the job itself dies ------------------------------------------------------------------
 
 
 def end_abnormally(
