@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -57,14 +58,24 @@ def publish(
             audit.note(ctx.redis, task.installation_id, task.id, "check-run-posted", check=name,
                        log_index=posted.index)  # fmt: skip
     fields = {**record.usage_fields(), "pull_request": str(pr["number"]), "head_sha": commit}
+    unchanged = updated and _same_tree(Mirror(ctx.data_dir, repo.id).path, commit)
+    status = report.pr_opened(task.id, plan.agent, record, pr, updated=updated, unchanged=unchanged)
     return Result(
         State.PR_OPENED,
-        f"pull request #{pr['number']} {'updated' if updated else 'opened'}",
-        dataclasses.replace(
-            report.pr_opened(task.id, plan.agent, record, pr, updated=updated), notices=plan.notices
-        ),
+        f"pull request #{pr['number']} {'updated' if updated else 'opened'}"
+        + (" (no change)" if unchanged else ""),
+        dataclasses.replace(status, notices=plan.notices),
         fields=fields,
     )
+
+
+def _same_tree(repo_dir: Path, commit: str) -> bool:
+    """Whether ``commit`` leaves the files as its first parent had them (a retry on an unchanged base
+    makes the same change again, on top of the last run's commit)."""
+    with inspect_git.session(repo_dir) as git:
+        code, out, _ = git.call("rev-parse", f"{commit}^{{tree}}", f"{commit}^1^{{tree}}")
+    trees = out.split()
+    return code == 0 and len(trees) == 2 and trees[0] == trees[1]
 
 
 def open_or_update(

@@ -220,14 +220,18 @@ def over_budget(task_id: str, agent: str, lines: Sequence[str]) -> Status:
     )
 
 
-def pr_opened(task_id: str, agent: str, record: Record, pr: Mapping[str, Any], *, updated: bool) -> Status:
+def pr_opened(
+    task_id: str, agent: str, record: Record, pr: Mapping[str, Any], *, updated: bool, unchanged: bool = False
+) -> Status:
+    """``unchanged``: the run's commit leaves the files as the pull request had them already."""
     verb = "updated" if updated else "opened"
     link = f"[#{pr['number']}]({pr['html_url']})"
+    same = " but nothing changed: the agent left the same files as before, so the diff is the same"
     return Status(
         State.PR_OPENED,
         task_id,
         agent,
-        f"Pull request {link} {verb} from branch `{pr['head']['ref']}`.",
+        f"Pull request {link} {verb} from branch `{pr['head']['ref']}`{same if unchanged else ''}.",
         details=run_lines(record),
         headline=f"📬 Pull request {verb}",
         next_steps=(
