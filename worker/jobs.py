@@ -32,7 +32,6 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.timeouts import BaseTimeoutException
 
-from baton import records
 from baton.errors import BatonError
 from baton.tasks import Kind, Task
 from evidence.audit import AuditError
@@ -249,7 +248,7 @@ def end_abnormally(
         run_job is not None
         and state is State.RUNNING
         and error.code == "worker-lost"
-        and _retry(ctx, task_id, data)
+        and admit.retry(ctx, task_id, data)
     ):
         return False
     try:
@@ -264,26 +263,6 @@ def end_abnormally(
     if _commit(ctx, task, _failed(ctx, task, error), publish=publish) is None:
         return False  # it ended meanwhile, by its own job or another sweeper
     log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
-    return True
-
-
-def _retry(ctx: Context, task_id: str, data: Any) -> bool:
-    """Hand a lost run to the agents queue once more, if it has an attempt left and its lock."""
-    attempt = int(lifecycle.field(ctx.redis, task_id, admit.ATTEMPT) or 1)
-    if attempt >= admit.MAX_ATTEMPTS:
-        return False
-    try:
-        task = Task.from_dict(data)
-    except (ValueError, TypeError, KeyError):
-        return False
-    if not admit.relock(ctx, task):
-        return False  # another run took the issue after this one's lock lapsed
-    try:
-        admit.hand_off(ctx, task, f"worker lost; attempt {attempt + 1}", attempt=attempt + 1)
-    except lifecycle.IllegalMove:
-        return False
-    ctx.redis.hincrby(records.COUNTERS_KEY, "run_retried", 1)
-    log.warning("run retried after its worker was lost", extra={"task": task_id, "attempt": attempt + 1})
     return True
 
 
