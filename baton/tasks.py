@@ -21,6 +21,23 @@ SCHEMA_VERSION = 1
 AGENT_NAME_PATTERN = "[a-z0-9][a-z0-9._-]{0,49}"
 
 
+class Outcome(StrEnum):
+    """How an agent run ended: what ``baton run`` exits with (``worker.runner.run.EXIT``) and the
+    task state it ends in (``worker.lifecycle.OUTCOME_STATE``). The values are written into run
+    records and signed receipts: never change one."""
+
+    DONE = "done"  # one commit made (the worker then opens or updates the pull request)
+    NO_CHANGES = "no-changes"
+    DENIED = "denied"  # the trifecta gate said no, or the agent left the policy
+    VIOLATIONS = "violations"  # the changes, or the model requests, broke the policy
+    FAILED = "failed"  # the agent reported failure
+    TIMED_OUT = "timed-out"
+    AGENT_MISSING = "agent-missing"
+    OVER_BUDGET = "over-budget"
+    CANCELLED = "cancelled"
+    CONFLICT = "conflict"  # the branch has commits Baton did not make, or moved during the run
+
+
 class Kind(StrEnum):
     AGENT_RUN = "agent_run"
     CANCEL = "cancel"

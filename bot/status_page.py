@@ -56,7 +56,7 @@ GITHUB_CACHE_S = 30.0
 #: Every state a task can be in: each has a registry (``records.REGISTRY_PREFIX`` + state) scored by
 #: when the task got there. The worker owns the list (``worker.lifecycle.State``; a test keeps the two
 #: equal); the web side may not import it.
-TASK_STATES = ("queued", "running", "refused", "denied", "accepted", "pr_opened", "done", "failed",
+TASK_STATES = ("queued", "running", "refused", "denied", "pr_opened", "done", "failed",
                "timed-out", "cancelled")  # fmt: skip
 #: States whose detail may hold exception text: only its error code is shown.
 _FAILED = frozenset({"failed", "timed-out"})

@@ -10,13 +10,7 @@ decisions themselves are pure functions (``screen``, ``authorize``,
 Every trigger (label, `/baton` command, cancel, unlabel, close), step by step
 (nothing is ever spawned here: an admitted run is handed to the agents queue,
 where ``worker.runs.execute`` runs it):
-  1. who asked: the sender's permission on the repository, as GitHub reports it
-     now. This is the first call Baton makes for the task. A sender below
-     ``write`` (the floor of every policy) ends the task here: nothing is said
-     and nothing else is spent (it is logged and counted), except for a label,
-     whose author may get a refusal because labelling already needs triage;
-  2. the policy: org ceiling, narrowed by the repo's default branch;
-  3. the sender against the policy's trigger rules (``min_permission``, bots);
+  1-3. who asked, the policy, the sender against its trigger rules (``worker.trigger``);
   4. the trifecta gate on the effective policy and the fresh repo facts;
   5. the decision recorded for the evidence trail, and explained on the issue;
   6. for an allowed run: the issue's lock and the budgets (``worker.runs.admit``),
@@ -25,143 +19,44 @@ where ``worker.runs.execute`` runs it):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
+import redis
+from githubkit import GitHub
 
 from baton import keys, records
 from baton.errors import BatonError
-from baton.tasks import Kind, Repository, Task
+from baton.tasks import Kind, Task
 from worker import audit, config, lifecycle, replay
-from worker.authorize import Authorization, Permission, authorize, screen
+from worker.authorize import Permission, screen
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import api
 from worker.github.limits import Output
 from worker.lifecycle import State
-from worker.messages import failure, inert
-from worker.policy import Decision, Policy, PolicyError, TaskFacts, UnknownAgent, decide, explain
-from worker.publish import CheckRunEnd
+from worker.messages import inert
+from worker.policy import Decision, Policy, TaskFacts, UnknownAgent, decide, explain
+from worker.result import Decided, Handler, HandOff, Result
 from worker.runs import admit, report
 from worker.runs import cancel as stopping
 from worker.status import Status
+from worker.trigger import NOT_LOOKED_UP, authorised, permission, unauthorised, where
 
 log = logging.getLogger("baton.handlers")
 
 DECISION_PREFIX = replay.DECISION_PREFIX
 LAST_RUN_PREFIX = keys.LAST_RUN_PREFIX
 EVIDENCE_TTL_S = 90 * 24 * 3600
-#: Set on a task's record once its sender passed step 3: from then on Baton may speak for it.
-AUTHORISED = "authorised"
 #: Set on a task's record (to the head, and when it was sent) while its merge-gate check run's create
 #: awaits GitHub's answer.
 CHECK_RUN_OPENING = "check_run_opening"
 CHECK_RUN_SENT_AT = "check_run_sent_at"
-
-
-@dataclass(frozen=True)
-class Result:
-    state: State
-    detail: str  # for the record and the log; may hold exception text, so never published
-    status: Status | None = None  # the issue's status comment, when the task has an issue
-    check_runs: tuple[CheckRunEnd, ...] = ()
-    fields: dict[str, str] = field(default_factory=dict)
-
-
-def failed(
-    task: Task,
-    exc: BatonError,
-    *,
-    speak: bool,
-    check_run_ids: Sequence[int] = (),
-    unanswered: Sequence[tuple[str, str, float]] = (),
-) -> Result:
-    """The task could not finish: a fixed sentence for its error code, never the exception text.
-
-    ``speak``: whether the issue may hear about it (only once the sender was authorised,
-    or for a label). Check runs the task opened are completed whatever happened, those whose
-    create went unanswered (``unanswered``: name, head, when sent) too, found by the task's external id.
-    """
-    state = State.TIMED_OUT if exc.code == "timed-out" else State.FAILED
-    status = None
-    if speak and task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None:
-        status = Status(state, task.id, task.agent, failure(exc.code), details=(f"error code `{exc.code}`",),
-                        next_steps=("Comment `/baton retry` once the cause is fixed.",))  # fmt: skip
-    title = "Baton timed out" if state is State.TIMED_OUT else "Baton could not finish"
-    conclusion = "timed_out" if state is State.TIMED_OUT else "failure"
-    summary = f"{failure(exc.code)} (error code `{exc.code}`)"
-    runs = tuple(CheckRunEnd(i, conclusion, title, summary) for i in check_run_ids) + tuple(
-        CheckRunEnd(None, conclusion, title, summary, name=name, head_sha=head, sent_at=at)
-        for name, head, at in unanswered
-    )
-    return Result(state, f"{exc.code}: {exc.message}", status, runs)
-
-
-# -- who asked ---------------------------------------------------------------------------------
-
-
-def _where(task: Task) -> tuple[Repository, int]:
-    if task.repository is None or task.installation_id is None:
-        raise BatonError("no-installation", "the delivery names no repository or installation")
-    return task.repository, task.installation_id
-
-
-def _permission(ctx: Context, task: Task) -> Permission | None:
-    """Step 1, the first GitHub call of every trigger. None for bots (they are not collaborators)."""
-    app = ctx.need_github()
-    repo, installation = _where(task)
-    if task.sender.is_bot:
-        return None
-    return api.permission(app.for_repository(installation, repo.full_name, "read"), repo.full_name,
-                          task.sender.login)  # fmt: skip
-
-
-def _refusal(verdict: Authorization, login: str) -> str:
-    """Why the sender was refused, in Baton's words; the login is quoted inert."""
-    who = inert(login)
-    return {
-        "below-minimum": f"{who} has {verdict.role} access; triggering Baton here needs "
-        f"{verdict.needed} or higher.",
-        "bot-not-allowed": f"{who} is a bot; bots trigger Baton only when `trigger.allow_bots` names them.",
-        "lookup-failed": f"Baton could not check {who}'s permission on this repository, and refuses when "
-        "unsure.",
-        "unknown-role": f"GitHub reported a role for {who} that Baton does not know; it refuses when unsure.",
-    }.get(verdict.code, "The policy's trigger rules do not let this sender start Baton.")
-
-
-def _unauthorised(ctx: Context, task: Task, verdict: Authorization, *, say: bool) -> Result:
-    """Refuse. Only a label's author is told (``say``); anyone else gets silence, and a count."""
-    ctx.redis.hincrby(records.COUNTERS_KEY, "unauthorised_sender", 1)
-    log.warning("sender may not trigger Baton", extra={"task": task.id, "kind": task.kind.value,
-                "sender": task.sender.login, "code": verdict.code, "answered": say})  # fmt: skip
-    if not say:
-        return Result(State.REFUSED, f"{verdict.code}: {verdict.reason} (not answered)")
-    needed = verdict.needed or "write"
-    command = inert(f"/baton run {task.agent}") if task.agent else "`/baton run`"
-    return Result(State.REFUSED, f"{verdict.code}: {verdict.reason}", Status(
-        State.REFUSED, task.id, task.agent, _refusal(verdict, task.sender.login),
-        next_steps=(f"Ask someone with {needed} access to add the label again or comment {command}.",),
-    ))  # fmt: skip
-
-
-def _load(ctx: Context, task: Task) -> config.LoadedPolicy:
-    """Step 2. Raises PolicyError (file:line:col) or BatonError, both ending the task closed."""
-    return config.for_task(ctx, task)
-
-
-def _policy_failed(task: Task, exc: PolicyError, *, speak: bool) -> Result:
-    problems = [str(p) for p in exc.problems]
-    status = Status(
-        State.FAILED, task.id, task.agent,
-        "The capability policy could not be read, so Baton refuses to run anything.",
-        evidence="\n".join(problems),
-        next_steps=("Fix the file at the line and column shown, then comment `/baton retry`.",),
-    ) if speak and task.number is not None else None  # fmt: skip
-    return Result(State.FAILED, f"policy invalid: {problems[0] if problems else exc.message}", status)
 
 
 def _context_lines(loaded: config.LoadedPolicy) -> list[str]:
@@ -172,46 +67,19 @@ def _context_lines(loaded: config.LoadedPolicy) -> list[str]:
     return lines
 
 
-_UNSET = Permission(error="not looked up")
-
-
-def _admit(
-    ctx: Context, task: Task, found: Permission | None, *, tell_policy: bool, tell_refusal: bool
-) -> tuple[config.LoadedPolicy, Authorization] | Result:
-    """Steps 1 to 3: the sender's permission (unless already ``found``), the policy, the sender
-    against its trigger rules. A Result means: stop here (said on the issue only where ``tell_*``)."""
-    if found is _UNSET:
-        found = _permission(ctx, task)
-    below = screen(task.sender, found)
-    if below is not None:
-        return _unauthorised(ctx, task, below, say=task.kind is Kind.AGENT_RUN)
-    try:
-        loaded = _load(ctx, task)
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=tell_policy)
-    trigger = loaded.merged.policy.trigger
-    verdict = authorize(
-        task.sender, found, min_permission=trigger.min_permission, allow_bots=trigger.allow_bots
-    )
-    if not verdict.allowed:
-        return _unauthorised(ctx, task, verdict, say=tell_refusal)
-    lifecycle.annotate(ctx.redis, task.id, **{AUTHORISED: "1"})
-    return loaded, verdict
-
-
 # -- agent runs --------------------------------------------------------------------------------
 
 
 def agent_run(
-    ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = _UNSET
-) -> Result:
+    ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = NOT_LOOKED_UP
+) -> Decided:
     label = task.kind is Kind.AGENT_RUN
-    admitted = _admit(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
-    if isinstance(admitted, Result):
-        return admitted
-    loaded, _verdict = admitted
+    who = authorised(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
+    if isinstance(who, Result):
+        return who
+    loaded = who.loaded
     policy = loaded.merged.policy
-    repo, _ = _where(task)
+    repo, _ = where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
     ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
     context = _context_lines(loaded)
@@ -248,9 +116,9 @@ def agent_run(
 def _reserve(
     ctx: Context, task: Task, agent: str, *, offline: bool, policy: Policy, fields: dict[str, str],
     context: Sequence[str], notices: Sequence[str],
-) -> Result:  # fmt: skip
-    """Step 6: the issue's lock and the budgets (``worker.runs.admit``); a QUEUED result is handed
-    to the agents queue by ``worker.jobs``."""
+) -> Decided:  # fmt: skip
+    """Step 6: the issue's lock and the budgets (``worker.runs.admit``); a HandOff goes to the
+    agents queue through ``worker.jobs``."""
     verdict = admit.reserve(ctx, task, policy)
     if verdict.code == "busy":
         return Result(State.REFUSED, f"busy: run {verdict.holder} holds #{task.number}",
@@ -260,7 +128,7 @@ def _reserve(
                       report.over_budget(task.id, agent, verdict.lines()), fields=fields)  # fmt: skip
     fields = {**fields, admit.AGENT: agent, admit.OFFLINE: "1" if offline else "0"}
     queued = report.queued(task.id, agent, offline=offline, context=context, notices=notices)
-    return Result(State.QUEUED, "admitted", queued, fields=fields)
+    return HandOff("admitted", queued, fields=fields)
 
 
 def _digest(decision: Decision) -> str:
@@ -286,16 +154,16 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
 # -- commands, cancel -----------------------------------------------------------------------------
 
 
-def command(ctx: Context, task: Task) -> Result:
-    found = _permission(ctx, task)  # step 1 comes first, whatever the command says
+def command(ctx: Context, task: Task) -> Decided:
+    found = permission(ctx, task)  # step 1 comes first, whatever the command says
     below = screen(task.sender, found)
     if below is not None:  # not even a reply about the command's syntax
-        return _unauthorised(ctx, task, below, say=False)
+        return unauthorised(ctx, task, below, say=False)
     cmd = task.command
     if cmd is not None and cmd.name == "run" and cmd.agent:
         return agent_run(ctx, task, cmd.agent, offline=cmd.offline, found=found)
     if cmd is not None and cmd.name == "retry":
-        repo, _ = _where(task)
+        repo, _ = where(task)
         raw = ctx.redis.get(LAST_RUN_PREFIX + f"{repo.id}:{task.number}")
         if raw is not None:
             last = orjson.loads(raw)
@@ -309,19 +177,19 @@ def command(ctx: Context, task: Task) -> Result:
 
 def _reply(ctx: Context, task: Task, found: Permission | None, message: str) -> Result:
     """A short answer to a command, for a sender the policy lets trigger Baton (anyone else: silence)."""
-    admitted = _admit(ctx, task, found, tell_policy=False, tell_refusal=False)
-    if isinstance(admitted, Result):
-        return admitted
+    who = authorised(ctx, task, found, tell_policy=False, tell_refusal=False)
+    if isinstance(who, Result):
+        return who
     answer = Status(State.DONE, task.id, None, f"Baton did not act on that command: {message}")
     return Result(State.DONE, f"command answered: {message}", answer)
 
 
-def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Result:
+def cancel(ctx: Context, task: Task, *, found: Permission | None = NOT_LOOKED_UP) -> Result:
     """`/baton cancel`, removing the agent label, closing the issue: authorised like a run."""
-    admitted = _admit(ctx, task, found, tell_policy=False, tell_refusal=False)
-    if isinstance(admitted, Result):
-        return admitted
-    repo, _ = _where(task)
+    who = authorised(ctx, task, found, tell_policy=False, tell_refusal=False)
+    if isinstance(who, Result):
+        return who
+    repo, _ = where(task)
     if task.number is None:
         return Result(State.DONE, "cancel: no issue")
     how = "command" if task.kind is Kind.COMMAND else "closed" if task.action == "closed" else "unlabeled"
@@ -330,9 +198,9 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = _UNSET) -> Re
     )
     holder = ctx.redis.get(f"{records.RUN_LOCK_PREFIX}{repo.id}:{task.number}")
     # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it.
-    who = records.text(holder)
+    run = records.text(holder)
     return Result(
-        State.DONE, f"cancel for #{task.number}: " + (f"run {who} told to stop" if who else "no run active")
+        State.DONE, f"cancel for #{task.number}: " + (f"run {run} told to stop" if run else "no run active")
     )
 
 
@@ -344,29 +212,48 @@ def merge_gate(ctx: Context, task: Task) -> Result:
     opened once the head is known to be current and the evaluation ours, and completed through
     the outbox with what was re-verified."""
     app = ctx.need_github()
-    repo, installation = _where(task)
+    repo, installation = where(task)
     if task.head_sha is None:
         raise BatonError("no-head-sha", "the delivery names no head commit")
     gh = app.for_repository(installation, repo.full_name, "gate")
-
-    def open_run(head: str) -> int:
-        output = Output("Baton merge gate", "Evaluating this commit.")
-        # Marked before it is sent and recorded at once: whatever ends this task from here on
-        # completes this run (see worker.jobs), even one whose answer this process never heard.
-        lifecycle.annotate(
-            ctx.redis, task.id, **{CHECK_RUN_OPENING: head, CHECK_RUN_SENT_AT: f"{time.time():.3f}"}
-        )
-        run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
-                                      external_id=task.id, details_url=None, output=output)  # fmt: skip
-        lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})
-        return run_id
-
+    open_run = functools.partial(_open_check_run, ctx, task, gh)
     run_id, verdict, detail = gates.evaluate(ctx, task, open_run=open_run)
     if run_id is None or verdict is None:
         return Result(State.DONE, detail)
     signed = gates.receipt(ctx, task, task.head_sha, verdict)  # logged before GitHub hears of it
     return Result(State.DONE, f"check run {run_id}: {verdict.conclusion} ({detail})",
                   check_runs=(gates.end_for(run_id, verdict, signed),))  # fmt: skip
+
+
+# The merge gate's check run is opened safely in two halves, kept here together: ``_open_check_run``
+# marks the task before the create is sent, and ``opened_check_runs`` reads the marks back for
+# whatever ends the task (``worker.jobs``), so a run whose create went unanswered is completed too
+# (the outbox finds it by name, head and the task's external id: ``worker.publish``).
+
+
+def _open_check_run(ctx: Context, task: Task, gh: GitHub[Any], head: str) -> int:
+    repo, _ = where(task)
+    output = Output("Baton merge gate", "Evaluating this commit.")
+    # Marked before it is sent and recorded at once: whatever ends this task from here on
+    # completes this run (see worker.jobs), even one whose answer this process never heard.
+    lifecycle.annotate(
+        ctx.redis, task.id, **{CHECK_RUN_OPENING: head, CHECK_RUN_SENT_AT: f"{time.time():.3f}"}
+    )
+    run_id = api.create_check_run(gh, repo.full_name, name=gates.CHECK, head_sha=head,
+                                  external_id=task.id, details_url=None, output=output)  # fmt: skip
+    lifecycle.annotate(ctx.redis, task.id, check_run_ids=str(run_id), **{CHECK_RUN_OPENING: ""})
+    return run_id
+
+
+def opened_check_runs(client: redis.Redis, task_id: str) -> tuple[list[int], list[tuple[str, str, float]]]:
+    """The check runs a task opened (their ids), and those whose create went unanswered (name, head,
+    when sent): what ending the task must complete."""
+    raw = lifecycle.field(client, task_id, "check_run_ids") or ""
+    ids = [int(i) for i in raw.split(",") if i.isdigit()]
+    opening = lifecycle.field(client, task_id, CHECK_RUN_OPENING)
+    sent = lifecycle.field(client, task_id, CHECK_RUN_SENT_AT) or ""
+    sent_at = float(sent) if sent.replace(".", "", 1).isdigit() else 0.0  # unknown: long settled
+    return ids, [(gates.CHECK, opening, sent_at)] if opening else []
 
 
 def installation_sync(ctx: Context, task: Task) -> Result:
@@ -384,10 +271,10 @@ def check_action(ctx: Context, task: Task) -> Result:
     action = task.check.requested_action if task.check else None
     if action != gates.APPROVE.identifier or task.head_sha is None:
         return Result(State.DONE, f"check-run action {action!r}: not one Baton offers")
-    admitted = _admit(ctx, task, _UNSET, tell_policy=False, tell_refusal=False)
-    if isinstance(admitted, Result):
-        return admitted
-    repo, installation = _where(task)
+    who = authorised(ctx, task, NOT_LOOKED_UP, tell_policy=False, tell_refusal=False)
+    if isinstance(who, Result):
+        return who
+    repo, installation = where(task)
     gh = ctx.need_github().for_repository(installation, repo.full_name, "gate")
     number = task.number or gates.find_pull(gh, repo.full_name, task.head_sha)
     if number is None:
@@ -396,7 +283,7 @@ def check_action(ctx: Context, task: Task) -> Result:
     return merge_gate(ctx, task)
 
 
-HANDLERS: dict[Kind, Callable[[Context, Task], Result]] = {
+HANDLERS: dict[Kind, Handler] = {
     Kind.AGENT_RUN: lambda ctx, task: agent_run(ctx, task, task.agent or ""),
     Kind.COMMAND: command,
     Kind.CANCEL: cancel,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypedDict
 
 import redis
 from rq import get_current_job
@@ -32,7 +32,6 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.timeouts import BaseTimeoutException
 
-from baton import records
 from baton.errors import BatonError
 from baton.tasks import Kind, Task
 from evidence.audit import AuditError
@@ -40,33 +39,53 @@ from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import transport
-from worker.handlers import AUTHORISED, CHECK_RUN_OPENING, CHECK_RUN_SENT_AT, HANDLERS, Result, failed
+from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
+from worker.result import Handler, HandOff, Result, failed
 from worker.runs import admit
 from worker.runs.execute import run as execute_run
 from worker.status import render
+from worker.trigger import AUTHORISED
 
 log = logging.getLogger("baton.jobs")
 
 
-def run_task(data: dict[str, Any]) -> dict[str, str]:
+class Dropped(StrEnum):
+    """What a job returns when it ended nothing: the task is not in this state, the job is."""
+
+    ENDED_ELSEWHERE = "ended-elsewhere"  # the task had ended meanwhile (a sweeper, a cancel): that stands
+    STALE_JOB = "stale-job"  # a run job the task has moved on from (it was retried as another job)
+
+
+class JobReturn(TypedDict):
+    """What RQ keeps as the job's result (JSON): the task's state after the job, or why it has none."""
+
+    task_id: str
+    kind: str
+    state: State | Dropped
+    detail: str
+
+
+def _returned(task: Task, state: State | Dropped, detail: str) -> JobReturn:
+    return {"task_id": task.id, "kind": task.kind.value, "state": state, "detail": detail}
+
+
+def run_task(data: dict[str, Any]) -> JobReturn:
     """RQ entry point (named in baton.queues.JOB_FUNCTION)."""
     return execute(context.current(), Task.from_dict(data))
 
 
-def run_agent(data: dict[str, Any]) -> dict[str, str]:
+def run_agent(data: dict[str, Any]) -> JobReturn:
     """RQ entry point of the agents queue (baton.queues.RUN_FUNCTION): an admitted run."""
     ctx, task = context.current(), Task.from_dict(data)
     job = get_current_job()
     if job is not None and lifecycle.field(ctx.redis, task.id, admit.JOB) != job.id:
-        return {"task_id": task.id, "kind": task.kind.value, "state": "stale-job", "detail": job.id}
+        return _returned(task, Dropped.STALE_JOB, job.id)
     return execute(ctx, task, handler=execute_run)
 
 
-def execute(
-    ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None = None
-) -> dict[str, str]:
+def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobReturn:
     kind = transport.TASK_KIND.set(task.kind.value if handler is None else "run")
     try:
         return _execute(ctx, task, handler)
@@ -78,7 +97,7 @@ def execute(
             log.warning("could not record GitHub call counts", extra={"task": task.id, "error": str(exc)})
 
 
-def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result] | None) -> dict[str, str]:
+def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
     try:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
                        installation=str(task.installation_id or 0))  # fmt: skip
@@ -86,8 +105,9 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
         if handler is None:
             raise
         # A run job whose task ended while it waited (cancelled, or a lost worker's retry): drop it.
-        return {"task_id": task.id, "kind": task.kind.value, "state": "ended-elsewhere", "detail": "not run"}
+        return _returned(task, Dropped.ENDED_ELSEWHERE, "not run")
     unexpected: BaseException | None = None
+    result: Result | HandOff
     try:
         result = (handler or HANDLERS[task.kind])(ctx, task)
     except BaseTimeoutException as exc:  # before Exception: RQ's JobTimeoutException subclasses it
@@ -98,17 +118,12 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
     except Exception as exc:  # recorded, then re-raised for RQ
         unexpected = exc
         result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
-    if result.state is State.QUEUED:
+    if isinstance(result, HandOff):
         return _hand_off(ctx, task, result)
     published = _commit(ctx, task, result, publish=True)
     if published is None:  # another worker ended it meanwhile (its lease had run out): that stands
         log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
-        return {
-            "task_id": task.id,
-            "kind": task.kind.value,
-            "state": "ended-elsewhere",
-            "detail": result.detail,
-        }
+        return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
     seal_audit(ctx)
     # A failure's detail (never published: it may hold exception text) is the operator's to read.
     level = logging.WARNING if result.state in (State.FAILED, State.TIMED_OUT) else logging.INFO
@@ -116,64 +131,32 @@ def _execute(ctx: Context, task: Task, handler: Callable[[Context, Task], Result
                                   "detail": result.detail, "published": published})  # fmt: skip
     if unexpected is not None:
         raise unexpected
-    return {"task_id": task.id, "kind": task.kind.value, "state": result.state.value, "detail": result.detail}
+    return _returned(task, result.state, result.detail)
 
 
-def seal_audit(ctx: Context) -> None:
-    """Seal captured audit events now (after each task, and on every sweep). Best effort: what is
-    not sealed stays captured, and the next try seals it."""
-    try:
-        audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
-    except (redis.RedisError, AuditError) as exc:
-        log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
-
-
-def _hand_off(ctx: Context, task: Task, result: Result) -> dict[str, str]:
-    """An admitted run: to the agents queue, then ``queued`` on the issue."""
-    try:
-        job = admit.hand_off(ctx, task, result.detail, attempt=1, **result.fields)
-    except lifecycle.IllegalMove:  # ended meanwhile by a sweeper: the lock is not needed any more
-        admit.release(ctx, task, started=None)
-        return {
-            "task_id": task.id,
-            "kind": task.kind.value,
-            "state": "ended-elsewhere",
-            "detail": result.detail,
-        }
-    if result.status is not None:
-        status_now(ctx, task, result.status)
-    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
-    return {"task_id": task.id, "kind": task.kind.value, "state": State.QUEUED.value, "detail": result.detail}
+# -- how a task's job ends it: failed, handed off, or committed and published -------------------
 
 
 def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
     if exc.code == "internal-error":
         log.error("task failed unexpectedly", exc_info=True, extra={"task": task.id})
     speak = task.kind is Kind.AGENT_RUN or lifecycle.field(ctx.redis, task.id, AUTHORISED) == "1"
-    opening = lifecycle.field(ctx.redis, task.id, CHECK_RUN_OPENING)
-    sent = lifecycle.field(ctx.redis, task.id, CHECK_RUN_SENT_AT) or ""
-    sent_at = float(sent) if sent.replace(".", "", 1).isdigit() else 0.0  # unknown: long settled
-    unanswered = [(gates.CHECK, opening, sent_at)] if opening else []
-    ids = _check_runs(ctx.redis, task.id)
+    ids, unanswered = opened_check_runs(ctx.redis, task.id)
     result = failed(task, exc, speak=speak, check_run_ids=ids, unanswered=unanswered)
     runs = tuple(gates.signed_failure(ctx, task, end) for end in result.check_runs)
     return dataclasses.replace(result, check_runs=runs)
 
 
-def _check_runs(client: redis.Redis, task_id: str) -> list[int]:
-    raw = lifecycle.field(client, task_id, "check_run_ids") or ""
-    return [int(i) for i in raw.split(",") if i.isdigit()]
-
-
-def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
-    """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
-    repo = task.repository
-    if repo is None or task.installation_id is None:
-        return None
-    comment = render(result.status) if result.status is not None and task.number is not None else None
-    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
-                      task.number, comment, result.check_runs)  # fmt: skip
-    return None if pub.empty else pub
+def _hand_off(ctx: Context, task: Task, result: HandOff) -> JobReturn:
+    """An admitted run: to the agents queue, then ``queued`` on the issue."""
+    try:
+        job = admit.hand_off(ctx, task, result.detail, attempt=1, **result.fields)
+    except lifecycle.IllegalMove:  # ended meanwhile by a sweeper: the lock is not needed any more
+        admit.release(ctx, task, started=None)
+        return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
+    status_now(ctx, task, result.status)
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
+    return _returned(task, State.QUEUED, result.detail)
 
 
 def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str | None:
@@ -198,6 +181,17 @@ def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str |
                           agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
 
 
+def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
+    """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
+    repo = task.repository
+    if repo is None or task.installation_id is None:
+        return None
+    comment = render(result.status) if result.status is not None and task.number is not None else None
+    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
+                      task.number, comment, result.check_runs)  # fmt: skip
+    return None if pub.empty else pub
+
+
 def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:
     if publication is None:
         lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
@@ -211,6 +205,18 @@ def publish_now(ctx: Context, task_id: str) -> str:
         return "not published: the worker has no App credentials"
     done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
+
+
+def seal_audit(ctx: Context) -> None:
+    """Seal captured audit events now (after each task, and on every sweep). Best effort: what is
+    not sealed stays captured, and the next try seals it."""
+    try:
+        audit.seal(ctx.redis, ctx.signer.audit_secret if ctx.signer else None)
+    except (redis.RedisError, AuditError) as exc:
+        log.warning("could not seal audit events", extra={"task": "-", "error": str(exc)})
+
+
+# -- when the job itself dies ------------------------------------------------------------------
 
 
 def end_abnormally(
@@ -242,7 +248,7 @@ def end_abnormally(
         run_job is not None
         and state is State.RUNNING
         and error.code == "worker-lost"
-        and _retry(ctx, task_id, data)
+        and admit.retry(ctx, task_id, data)
     ):
         return False
     try:
@@ -257,26 +263,6 @@ def end_abnormally(
     if _commit(ctx, task, _failed(ctx, task, error), publish=publish) is None:
         return False  # it ended meanwhile, by its own job or another sweeper
     log.warning("task ended by its worker's failure path", extra={"task": task_id, "code": error.code})
-    return True
-
-
-def _retry(ctx: Context, task_id: str, data: Any) -> bool:
-    """Hand a lost run to the agents queue once more, if it has an attempt left and its lock."""
-    attempt = int(lifecycle.field(ctx.redis, task_id, admit.ATTEMPT) or 1)
-    if attempt >= admit.MAX_ATTEMPTS:
-        return False
-    try:
-        task = Task.from_dict(data)
-    except (ValueError, TypeError, KeyError):
-        return False
-    if not admit.relock(ctx, task):
-        return False  # another run took the issue after this one's lock lapsed
-    try:
-        admit.hand_off(ctx, task, f"worker lost; attempt {attempt + 1}", attempt=attempt + 1)
-    except lifecycle.IllegalMove:
-        return False
-    ctx.redis.hincrby(records.COUNTERS_KEY, "run_retried", 1)
-    log.warning("run retried after its worker was lost", extra={"task": task_id, "attempt": attempt + 1})
     return True
 
 

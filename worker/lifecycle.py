@@ -31,6 +31,7 @@ from redis.client import Pipeline
 from baton import keys, records
 from baton.errors import BatonError
 from baton.logs import timestamp
+from baton.tasks import Outcome
 from worker import audit
 
 
@@ -39,7 +40,6 @@ class State(StrEnum):
     RUNNING = "running"
     REFUSED = "refused"  # the sender may not trigger Baton here
     DENIED = "denied"  # the trifecta gate said no; nothing was spawned
-    ACCEPTED = "accepted"  # allowed, no run started (Baton before agent runs; kept for old records)
     PR_OPENED = "pr_opened"
     DONE = "done"
     FAILED = "failed"
@@ -47,7 +47,7 @@ class State(StrEnum):
     CANCELLED = "cancelled"
 
 
-TERMINAL = frozenset({State.REFUSED, State.DENIED, State.ACCEPTED, State.PR_OPENED, State.DONE, State.FAILED,
+TERMINAL = frozenset({State.REFUSED, State.DENIED, State.PR_OPENED, State.DONE, State.FAILED,
                       State.TIMED_OUT, State.CANCELLED})  # fmt: skip
 
 MOVES: dict[State, frozenset[State]] = {
@@ -58,6 +58,31 @@ MOVES: dict[State, frozenset[State]] = {
     **{state: frozenset() for state in TERMINAL},
 }
 assert State.QUEUED.value == records.QUEUED
+
+#: The state an agent run's task ends in, per outcome of the run (``baton.tasks.Outcome``).
+OUTCOME_STATE: dict[Outcome, State] = {
+    Outcome.DONE: State.PR_OPENED,
+    Outcome.NO_CHANGES: State.DONE,
+    Outcome.DENIED: State.DENIED,
+    Outcome.VIOLATIONS: State.FAILED,
+    Outcome.FAILED: State.FAILED,
+    Outcome.TIMED_OUT: State.TIMED_OUT,
+    Outcome.AGENT_MISSING: State.FAILED,
+    Outcome.OVER_BUDGET: State.FAILED,
+    Outcome.CANCELLED: State.CANCELLED,
+    Outcome.CONFLICT: State.FAILED,
+}
+
+#: States no longer written, read as the state they meant. "accepted" (allowed, no run started:
+#: Baton before agent runs) ended a task like "done". Records expire RECORD_TTL_S (30 days) after
+#: their last write, so this can go once every worker has run without writing it for 30 days:
+#: after 2027-01-01.
+_RETIRED = {"accepted": State.DONE}
+
+
+def state_of(outcome: Outcome) -> State:
+    return OUTCOME_STATE[outcome]
+
 
 PREFIX = records.TASK_PREFIX
 REGISTRY = records.REGISTRY_PREFIX  # + state: a sorted set of task ids by time of arrival there
@@ -95,7 +120,8 @@ def check(before: State | None, after: State) -> None:
 def _state(raw: bytes | str | None) -> State | None:
     if not raw:
         return None
-    return State(records.text(raw))
+    text = records.text(raw)
+    return _RETIRED.get(text) or State(text)
 
 
 def current(client: redis.Redis, task_id: str) -> State | None:

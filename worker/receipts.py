@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import redis
@@ -35,6 +35,9 @@ from evidence.log import Log
 from evidence.statement import Subject
 from evidence.verify import bundle, entry_bytes
 from worker.github.limits import MAX_OUTPUT_CHARS
+
+if TYPE_CHECKING:
+    from worker.runs.record import Record
 
 #: Names and strings inside predicates are cut to this, lists to ``MAX_ITEMS``: the envelope must
 #: fit a check run's text (65,535 characters) with room to spare, whatever a policy or PR holds.
@@ -254,12 +257,12 @@ def trifecta(
 
 
 def agent_run(
-    *, task_id: str, full_name: str, number: int, base: str, diff_digest: str, record: Mapping[str, Any]
+    *, task_id: str, full_name: str, number: int, base: str, diff_digest: str, record: Record
 ) -> dict[str, object]:
     """What ran and what held it: adapter and version, the box report, the egress log (digest and a
     per-host summary), the model gateway's account (its journal's digest, the totals per model and
     every request it refused), exit status, durations and cost, and the decision it ran under."""
-    egress = list(record.get("egress") or [])
+    egress = list(record.egress)
     summary = [
         {
             "host": _cut(e.get("host"), 100),
@@ -274,31 +277,31 @@ def agent_run(
         "task": task_id,
         "repository": full_name,
         "issue": number,
-        "agent": _cut(record.get("agent")),
-        "adapter": record.get("adapter"),
-        "adapterVersion": _cut(record.get("adapter_version")),
-        "promptVersion": record.get("prompt_version"),
+        "agent": _cut(record.agent),
+        "adapter": record.adapter,
+        "adapterVersion": _cut(record.adapter_version),
+        "promptVersion": record.prompt_version,
         "baseCommit": base,
-        "commit": record.get("commit"),
-        "diff": {"sha256": diff_digest, "stat": camel(record.get("diff") or {})},
-        "decisionDigest": record.get("decision_sha256"),
-        "policyDigest": (record.get("decision") or {}).get("policy_sha256"),
-        "box": camel(record.get("box") or {}),
+        "commit": record.commit,
+        "diff": {"sha256": diff_digest, "stat": camel(record.diff or {})},
+        "decisionDigest": record.decision_sha256,
+        "policyDigest": record.decision.get("policy_sha256"),
+        "box": camel(record.box or {}),
         "egress": {
             "logDigest": _sha(orjson.dumps(egress, option=orjson.OPT_SORT_KEYS)),
             "hosts": summary,
             "refusedConnections": sum(int(e.get("connections") or 0) for e in egress if not e.get("allowed")),
         },
         "exit": {
-            "outcome": record.get("outcome"),
-            "code": record.get("exit_code"),
-            "signal": record.get("signal"),
-            "timedOut": bool(record.get("timed_out")),
+            "outcome": record.outcome,
+            "code": record.exit_code,
+            "signal": record.signal,
+            "timedOut": bool(record.timed_out),
         },
-        "durations": camel(record.get("durations") or {}),
-        "costUsd": record.get("cost_usd"),
-        "model": model_summary(record.get("model")),
-        "startedAt": _rfc3339(record.get("started_at")),
+        "durations": camel(record.durations),
+        "costUsd": record.cost_usd,
+        "model": model_summary(record.model),
+        "startedAt": _rfc3339(record.started_at),
     }
 
 

@@ -29,7 +29,6 @@ HEADLINE: dict[State, str] = {
     State.RUNNING: "⚙️ Working on it",
     State.REFUSED: "🚫 Not started: this request was refused",
     State.DENIED: "🛑 Not started: the capability gate denied this run",
-    State.ACCEPTED: "✅ Accepted",
     State.PR_OPENED: "📬 Pull request opened",
     State.DONE: "✅ Done",
     State.FAILED: "❌ Failed",

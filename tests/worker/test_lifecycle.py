@@ -44,7 +44,7 @@ def test_a_move_updates_record_history_and_registries_together(rdb: redis.Redis)
         ([], State.RUNNING),
         ([State.QUEUED, State.RUNNING], State.RUNNING),  # no job is created with retries: never twice
         ([State.QUEUED, State.RUNNING, State.DONE], State.RUNNING),  # terminal is terminal
-        ([State.QUEUED, State.RUNNING, State.REFUSED], State.ACCEPTED),
+        ([State.QUEUED, State.RUNNING, State.REFUSED], State.DONE),
         ([State.QUEUED], State.DENIED),  # nothing is decided before it runs
     ],
 )

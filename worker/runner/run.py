@@ -37,12 +37,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from baton.tasks import Outcome
 from worker.policy import ALWAYS_PROTECTED, MODEL_PROVIDERS, Agent, Decision, Policy, TaskFacts, decide
 from worker.runner import adapters, box, gateway, inspect, inspect_git, prompt, proxy
 
 #: What `baton run` exits with, and what the worker records, per outcome.
-EXIT = {"done": 0, "no-changes": 0, "denied": 3, "violations": 4, "failed": 5, "timed-out": 5,
-        "agent-missing": 5, "over-budget": 5, "cancelled": 6}  # fmt: skip
+EXIT: dict[Outcome, int] = {
+    Outcome.DONE: 0, Outcome.NO_CHANGES: 0, Outcome.DENIED: 3, Outcome.VIOLATIONS: 4, Outcome.FAILED: 5,
+    Outcome.TIMED_OUT: 5, Outcome.AGENT_MISSING: 5, Outcome.OVER_BUDGET: 5, Outcome.CANCELLED: 6,
+    Outcome.CONFLICT: 5,
+}  # fmt: skip
 #: Why a run whose model requests the gateway refused commits nothing.
 ASKED_FORBIDDEN = (
     "the agent asked its model API for what the policy forbids (the model gateway refused it); "
@@ -118,7 +122,7 @@ class RunRequest:
 class RunRecord:
     run_id: str
     agent: str
-    outcome: str
+    outcome: Outcome
     decision_sha256: str
     decision: dict[str, Any]
     probe: dict[str, Any]
@@ -148,7 +152,7 @@ class RunRecord:
 
     @property
     def exit_status(self) -> int:
-        return EXIT.get(self.outcome, 1)
+        return EXIT[self.outcome]
 
     def to_data(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -176,13 +180,16 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
                       network_cutoff=found.network_cutoff)  # fmt: skip
     decision = decide(request.policy, facts)
     digest = hashlib.sha256(decision.to_json()).hexdigest()
-    record = RunRecord(request.run_id, request.agent, "denied", digest, decision.to_data(), found.to_data(),
-                       started_at=started_at)  # fmt: skip
+    record = RunRecord(request.run_id, request.agent, Outcome.DENIED, digest, decision.to_data(),
+                       found.to_data(), started_at=started_at)  # fmt: skip
     if not decision.allowed:
         record.reason = "the trifecta gate denied this run; no process was started"
         return record
     if stop is not None and stop.is_set():
-        record.outcome, record.reason = "cancelled", "cancelled before the agent started; nothing was run"
+        record.outcome, record.reason = (
+            Outcome.CANCELLED,
+            "cancelled before the agent started; nothing was run",
+        )
         return _done(record, started)
     agent = request.policy.agents[request.agent]
     spec = adapters.SPECS[agent.adapter]
@@ -190,7 +197,7 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
     try:
         executable = adapters.locate(spec, agent, request.search_path)
     except adapters.AgentMissing as exc:
-        record.outcome, record.reason = "agent-missing", exc.message
+        record.outcome, record.reason = Outcome.AGENT_MISSING, exc.message
         return _done(record, started)
     record.adapter_version = adapters.version(spec, executable)
     if request.on_start is not None:
@@ -204,18 +211,18 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
         # however its run ended.
         record.violations = list((record.model or {}).get("violations") or [])
         if record.violations and (over_budget is not None or result.cancelled or result.timed_out):
-            record.outcome, record.reason = "violations", ASKED_FORBIDDEN
+            record.outcome, record.reason = Outcome.VIOLATIONS, ASKED_FORBIDDEN
             return _done(record, started)
         if over_budget is not None:
-            record.outcome = "over-budget"
+            record.outcome = Outcome.OVER_BUDGET
             record.reason = f"the model gateway refused a call: {over_budget}; nothing was committed"
             return _done(record, started)
         if result.cancelled:
-            record.outcome, record.reason = "cancelled", _cancelled(result)
+            record.outcome, record.reason = Outcome.CANCELLED, _cancelled(result)
             return _done(record, started)
         if result.timed_out:
             limit, why = _timeout(request)
-            record.outcome, record.reason = "timed-out", f"the agent ran past its {limit:g}s {why}"
+            record.outcome, record.reason = Outcome.TIMED_OUT, f"the agent ran past its {limit:g}s {why}"
             return _done(record, started)
         workspace = scratch / "workspace"
         tree = inspect.snapshot(request.repo, workspace, request.base)
@@ -337,20 +344,23 @@ def _judge(
     record.violations = [*record.violations, *(v.to_data() for v in seen.violations)]
     said_error = bool((record.agent_result or {}).get("is_error"))
     if asked:
-        record.outcome, record.reason = "violations", ASKED_FORBIDDEN
+        record.outcome, record.reason = Outcome.VIOLATIONS, ASKED_FORBIDDEN
     elif seen.violations:
-        record.outcome, record.reason = "violations", "the changes break the policy; nothing was committed"
+        record.outcome, record.reason = (
+            Outcome.VIOLATIONS,
+            "the changes break the policy; nothing was committed",
+        )
     elif result.exit_code != 0 or said_error:
-        record.outcome, record.reason = "failed", "the agent reported failure; nothing was committed"
+        record.outcome, record.reason = Outcome.FAILED, "the agent reported failure; nothing was committed"
     elif seen.no_changes:
-        record.outcome, record.reason = "no-changes", "the agent changed nothing"
+        record.outcome, record.reason = Outcome.NO_CHANGES, "the agent changed nothing"
     else:
         how = request.commit or CommitSpec(f"baton/run-{request.run_id}", _message(request), COMMIT_AUTHOR)
         record.branch = how.branch
         record.commit = inspect.commit(request.repo, request.base, tree, branch=how.branch,
                                        message=how.message, author=how.author, committer=how.committer,
                                        parents=how.parents)  # fmt: skip
-        record.outcome, record.reason = "done", f"one commit on {record.branch}"
+        record.outcome, record.reason = Outcome.DONE, f"one commit on {record.branch}"
 
 
 def _cancelled(result: box.BoxResult) -> str:

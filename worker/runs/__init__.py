@@ -4,7 +4,9 @@ Reading order: ``budget`` (the per-issue lock, daily budgets and concurrency, de
 before anything starts), ``admit`` (the control-queue step that reserves them and hands
 the task to the agents queue), ``cancel`` (how a cancel reaches a run on any worker),
 ``mirror`` (the repository's clone, fetched and pushed with tokens no agent can see),
-``execute`` (the agents-queue step: checkout, the runner, the branch and the pull
-request; ``identity`` is the App's bot it commits as), ``report`` (what the issue, the
-pull request and its check runs say).
+``plan`` (what a run job works from), ``supervisor`` (the thread that keeps a run's
+claims alive and stops it), ``execute`` (the agents-queue step: checkout, the runner, the
+branch; ``identity`` is the App's bot it commits as), ``record`` (what a run did, typed),
+``pull_request`` (the pull request and its signed check runs), ``report`` (what the
+issue, the pull request and its check runs say).
 """

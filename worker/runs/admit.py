@@ -7,6 +7,8 @@ concurrent runs, and if so takes the issue's lock and counts the run. The task t
 moves back to ``queued`` and its run job is put on the agents queue in the same
 transaction (``hand_off``), so a crash leaves either both or neither.
 
+A run whose worker was lost is handed off once more (``retry``), if it can take its lock again.
+
 The lock is held long while the run waits for an agent worker (``QUEUED_LOCK_S``) and
 short while it runs (``RUN_LOCK_S``, renewed every second by the run's supervisor),
 so a dead worker's lock lapses within a minute and a lost queue entry's within hours.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 from redis.client import Pipeline
 from rq.job import Callback
@@ -201,3 +204,23 @@ def relock(ctx: Context, task: Task) -> bool:
             lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
         )
     return bool(held)
+
+
+def retry(ctx: Context, task_id: str, data: Any) -> bool:
+    """Hand a lost run to the agents queue once more, if it has an attempt left and its lock."""
+    attempt = int(lifecycle.field(ctx.redis, task_id, ATTEMPT) or 1)
+    if attempt >= MAX_ATTEMPTS:
+        return False
+    try:
+        task = Task.from_dict(data)
+    except (ValueError, TypeError, KeyError):
+        return False
+    if not relock(ctx, task):
+        return False  # another run took the issue after this one's lock lapsed
+    try:
+        hand_off(ctx, task, f"worker lost; attempt {attempt + 1}", attempt=attempt + 1)
+    except lifecycle.IllegalMove:
+        return False
+    ctx.redis.hincrby(records.COUNTERS_KEY, "run_retried", 1)
+    log.warning("run retried after its worker was lost", extra={"task": task_id, "attempt": attempt + 1})
+    return True

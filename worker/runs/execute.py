@@ -2,8 +2,9 @@
 
 Steps, each on fresh state:
   1. a cancel asked for after this run was requested ends it before anything starts;
-  2. a supervisor thread renews the issue's lock, the concurrency slots and the task's
-     lease every second, and stops the box if a cancel arrives or the lock is lost;
+  2. a supervisor thread (``worker.runs.supervisor``) renews the issue's lock, the
+     concurrency slots and the task's lease every second, and stops the box if a cancel
+     arrives or the lock is lost;
   3. the policy is loaded again at the default branch's head, which is also the base
      the agent starts from (the runner decides again on it: a changed policy may deny);
   4. the repository's mirror is fetched with a ``contents: read`` token and the runner
@@ -13,7 +14,7 @@ Steps, each on fresh state:
      ``contents: write`` token, never forced; if that branch has commits Baton did not
      make, nothing is pushed and the status says so;
   6. one pull request per issue: opened, or updated on a later run; the ``baton/trifecta``
-     and ``baton/agent`` check runs are put on its head.
+     and ``baton/agent`` check runs are put on its head (``worker.runs.pull_request``).
 
 A retry of a task whose worker died after its push finds its own commit on the branch
 (by the trailer) and goes straight to step 6, so a crash never makes a second PR.
@@ -22,127 +23,48 @@ A retry of a task whose worker died after its push finds its own commit on the b
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import logging
 import os
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
-import redis
-from githubkit import GitHub
 
 from baton.errors import BatonError
-from baton.tasks import Task
-from evidence import statement
-from worker import audit, config, lifecycle, receipts, replay
+from baton.tasks import Outcome, Task
+from worker import audit, lifecycle, replay, trigger
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubError
-from worker.github.limits import Output
-from worker.handlers import EVIDENCE_TTL_S, Result, _policy_failed, _where
+from worker.handlers import EVIDENCE_TTL_S
 from worker.lifecycle import State
 from worker.policy import (
     MODEL_KEYS,
     Policy,
-    PolicyError,
     TaskFacts,
     UnknownAgent,
-    canonical_json,
     decide,
     explain,
 )
 from worker.policy.load import reserved_env
 from worker.publish import status_now
+from worker.result import Result
 from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
-from worker.runs import admit, cancel, report
+from worker.runs import admit, cancel, pull_request, report
 from worker.runs.identity import bot_identity
 from worker.runs.mirror import Mirror, MirrorError, Remote
+from worker.runs.plan import Plan
+from worker.runs.record import Record, issue_digest
+from worker.runs.supervisor import Supervisor
+from worker.trigger import where
 
 log = logging.getLogger("baton.runs")
-
-TICK_S = 1.0
-#: Redis unreachable this long: the run cannot prove it still holds the issue, so it stops.
-REDIS_GRACE_S = 20.0
-
-
-# -- the supervisor ---------------------------------------------------------------------------------
-
-
-class Supervisor:
-    """Keeps the run's claims alive and stops the box on a cancel (from any worker) or a lost lock."""
-
-    def __init__(self, ctx: Context, task: Task) -> None:
-        self.ctx, self.task = ctx, task
-        self.stop = threading.Event()
-        self.reason: str | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"baton-supervisor-{task.id}", daemon=True)
-
-    def __enter__(self) -> Supervisor:
-        self.tick()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join(timeout=5)
-
-    def halt(self, reason: str) -> None:
-        if not self.stop.is_set():
-            self.reason = reason
-            self.stop.set()
-            log.warning("stopping the run", extra={"task": self.task.id, "reason": reason})
-
-    def _loop(self) -> None:
-        failing_since: float | None = None
-        while not self._done.wait(TICK_S):
-            try:
-                self.tick()
-                failing_since = None
-            except redis.RedisError as exc:
-                failing_since = failing_since or time.monotonic()
-                log.warning(
-                    "supervisor could not reach Redis", extra={"task": self.task.id, "error": str(exc)}
-                )
-                if time.monotonic() - failing_since > REDIS_GRACE_S:
-                    self.halt("the worker lost Redis, so it could no longer hold the issue's run lock")
-
-    def tick(self) -> None:
-        ctx, task = self.ctx, self.task
-        repo, _ = _where(task)
-        lifecycle.renew_lease(ctx.redis, task.id)
-        if not admit.renew(ctx, task):
-            self.halt("the run lost the issue's lock")
-        found = cancel.applies(ctx.redis, repo.id, task.number or 0, task.received_at)
-        if found is not None:
-            self.halt(found.reason())
-
 
 # -- the run ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Plan:
-    """What the run job works from: read once, from the task's record and fresh GitHub state."""
-
-    agent: str
-    offline: bool
-    attempt: int
-    number: int
-    clone_url: str = ""
-    issue: dict[str, Any] = field(default_factory=dict)
-    notices: tuple[str, ...] = ()  # which ceiling applied, said on every status of the run
-
-
 def run(ctx: Context, task: Task) -> Result:
-    repo, _ = _where(task)
+    repo, _ = where(task)
     if task.number is None:
         raise BatonError("no-issue", "an agent run needs an issue")
     plan = Plan(
@@ -153,7 +75,7 @@ def run(ctx: Context, task: Task) -> Result:
     )
     early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
     if early is not None:
-        record = {"agent": plan.agent, "outcome": "cancelled", "reason": early.reason()}
+        record = Record(plan.agent, Outcome.CANCELLED, early.reason())
         return Result(
             State.CANCELLED,
             f"cancelled before it started: {early.reason()}",
@@ -168,7 +90,7 @@ def run(ctx: Context, task: Task) -> Result:
 
 def _forget_local_branch(ctx: Context, task: Task) -> None:
     """The run's own branch in the mirror has served (pushed, or judged): drop it, so refs do not pile up."""
-    repo, _ = _where(task)
+    repo, _ = where(task)
     mirror = Mirror(ctx.data_dir, repo.id)
     if not mirror.path.exists():
         return
@@ -185,90 +107,100 @@ def _local_branch(task: Task) -> str:
 
 def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result:
     app = ctx.need_github()
-    repo, installation = _where(task)
-    try:
-        loaded = config.for_task(ctx, task)
-    except PolicyError as exc:
-        return _policy_failed(task, exc, speak=True)
+    repo, installation = where(task)
+    # 3. the policy, read again at the default branch's head: also the base the agent starts on
+    loaded = trigger.policy(ctx, task, speak=True)
+    if isinstance(loaded, Result):
+        return loaded
     policy, head = loaded.merged.policy, loaded.repo
     plan.notices = tuple(loaded.notices)
     gh = app.for_repository(installation, repo.full_name, "pull-request")
     plan.issue = api.request(gh, "GET", f"{api.repo_path(repo.full_name)}/issues/{plan.number}")
     plan.clone_url = str(api.request(gh, "GET", api.repo_path(repo.full_name))["clone_url"])
-
+    # 4. the mirror, fetched; the agent runs unless an earlier attempt of this task already pushed
     mirror = Mirror(ctx.data_dir, repo.id)
     branch = report.branch_for(plan.number)
     read = Remote(plan.clone_url, app.git_token(installation, repo.full_name))
     with mirror.locked():
-        found = mirror.fetch(read, [head.branch, branch])
-    tip = found.get(branch)
-    saved = _saved(ctx, task.id)
-    if tip is not None and saved is not None and saved.get("commit") == tip:
-        record = saved  # pushed by an earlier attempt of this task: only the PR is left to do
-    else:
-        if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
-            record = {
-                "agent": plan.agent,
-                "outcome": "conflict",
-                "reason": f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
-                f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
-            }
-            return _ended(ctx, task, plan, record)
-        parents = _parents(mirror.path, head.sha, tip)
-        try:
-            run_record = runner.run(
-                _request(
-                    ctx,
-                    task,
-                    plan,
-                    policy,
-                    base=head.sha,
-                    private=head.private,
-                    repo_dir=mirror.path,
-                    parents=parents,
-                ),
-                stop=supervisor.stop,
-            )
-        except UnknownAgent:
-            record = {
-                "agent": plan.agent,
-                "outcome": "denied",
-                "reason": "the agent is no longer in this repository's policy",
-            }
-            return _ended(ctx, task, plan, record)
-        record = run_record.to_data()
-        audit.note(ctx.redis, installation, task.id, "exited", outcome=run_record.outcome,
-                   exit_code=run_record.exit_code, violations=len(run_record.violations),
-                   commit=run_record.commit, decision_sha256=run_record.decision_sha256)  # fmt: skip
-        record["explanation"] = _explain(ctx, policy, plan, head.private)
-        # What the receipts name: the base, the issue text as the agent got it, the policy in force.
-        record["base"] = head.sha
-        record["issue_sha256"] = issue_digest(plan.issue)
-        replay.remember_policy(ctx.redis, policy)
-        if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
-            record["outcome"], record["reason"] = "cancelled", supervisor.reason
-        _save(ctx, task.id, record)
-        if record["outcome"] != "done":
-            return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
-        write = Remote(plan.clone_url, app.git_token(installation, repo.full_name, write=True))
-        try:
-            with mirror.locked():
-                if supervisor.reason is not None:  # the last moment a cancel can still stop the push
-                    record = {**record, "outcome": "cancelled", "reason": supervisor.reason}
-                    _save(ctx, task.id, record)
-                    return _ended(ctx, task, plan, record)
-                mirror.push(write, str(record["commit"]), branch, expect=tip)
-            audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=record["commit"])
-        except MirrorError as exc:
-            if exc.code != "push-rejected":
-                raise
-            record = {
-                **record,
-                "outcome": "conflict",
-                "reason": f"GitHub refused the push to `{branch}`: it changed while the agent ran",
-            }
-            return _ended(ctx, task, plan, record)
-    return _publish(ctx, task, plan, gh, record, base_branch=head.branch)
+        tip = mirror.fetch(read, [head.branch, branch]).get(branch)
+    record = _saved(ctx, task.id)
+    if tip is None or record is None or record.commit != tip:
+        ran = _agent(ctx, task, plan, supervisor, policy=policy, head=head, mirror=mirror, tip=tip)
+        if isinstance(ran, Result):
+            return ran
+        # 5. the commit, pushed to the issue's branch (never forced)
+        stopped = _push(ctx, task, plan, supervisor, mirror=mirror, record=ran, tip=tip)
+        if stopped is not None:
+            return stopped
+        record = ran
+    # 6. the pull request and its check runs
+    return pull_request.publish(ctx, task, plan, gh, record, base_branch=head.branch)
+
+
+def _agent(
+    ctx: Context, task: Task, plan: Plan, supervisor: Supervisor, *, policy: Policy, head: api.RepoHead,
+    mirror: Mirror, tip: str | None,
+) -> Record | Result:  # fmt: skip
+    """Step 4: the runner on a plain copy of the base. A Record with a commit to push, or how the
+    run ended without one."""
+    branch = report.branch_for(plan.number)
+    if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
+        record = Record(
+            plan.agent,
+            Outcome.CONFLICT,
+            f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
+            f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
+        )
+        return _ended(ctx, task, plan, record)
+    parents = _parents(mirror.path, head.sha, tip)
+    request = _request(ctx, task, plan, policy, base=head.sha, private=head.private, repo_dir=mirror.path,
+                       parents=parents)  # fmt: skip
+    try:
+        run_record = runner.run(request, stop=supervisor.stop)
+    except UnknownAgent:
+        record = Record(plan.agent, Outcome.DENIED, "the agent is no longer in this repository's policy")
+        return _ended(ctx, task, plan, record)
+    audit.note(ctx.redis, task.installation_id, task.id, "exited", outcome=run_record.outcome,
+               exit_code=run_record.exit_code, violations=len(run_record.violations),
+               commit=run_record.commit, decision_sha256=run_record.decision_sha256)  # fmt: skip
+    # What the receipts name: the base, the issue text as the agent got it, the policy in force.
+    record = Record.of(run_record, explanation=_explain(ctx, policy, plan, head.private), base=head.sha,
+                       issue_sha256=issue_digest(plan.issue))  # fmt: skip
+    replay.remember_policy(ctx.redis, policy)
+    if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
+        record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
+    _save(ctx, task.id, record)
+    if record.outcome is not Outcome.DONE:
+        return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
+    return record
+
+
+def _push(
+    ctx: Context, task: Task, plan: Plan, supervisor: Supervisor, *, mirror: Mirror, record: Record,
+    tip: str | None,
+) -> Result | None:  # fmt: skip
+    """Step 5: the commit onto the issue's branch, expecting the tip it was made on. None: pushed."""
+    repo, installation = where(task)
+    branch = report.branch_for(plan.number)
+    write = Remote(plan.clone_url, ctx.need_github().git_token(installation, repo.full_name, write=True))
+    try:
+        with mirror.locked():
+            if supervisor.reason is not None:  # the last moment a cancel can still stop the push
+                record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
+                _save(ctx, task.id, record)
+                return _ended(ctx, task, plan, record)
+            mirror.push(write, str(record.commit), branch, expect=tip)
+        audit.note(ctx.redis, installation, task.id, "pushed", branch=branch, commit=str(record.commit))
+    except MirrorError as exc:
+        if exc.code != "push-rejected":
+            raise
+        record = dataclasses.replace(
+            record,
+            outcome=Outcome.CONFLICT,
+            reason=f"GitHub refused the push to `{branch}`: it changed while the agent ran",
+        )
+        return _ended(ctx, task, plan, record)
+    return None
 
 
 def _request(
@@ -319,201 +251,16 @@ def _request(
     )
 
 
-def _ended(
-    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any], agent_env: tuple[str, ...] = ()
-) -> Result:
+def _ended(ctx: Context, task: Task, plan: Plan, record: Record, agent_env: tuple[str, ...] = ()) -> Result:
     """A run that opened no pull request. If its agent ran, what it did is signed all the same (an
     injected agent's refused model requests above all) and the receipt goes on the issue."""
     status = dataclasses.replace(report.ended(task.id, plan.agent, record, agent_env), notices=plan.notices)
-    if record.get("box") and record.get("base"):
-        status = dataclasses.replace(status, receipt=_unpushed_receipt(ctx, task, plan, record).text())
-    fields = _usage_fields(record)
-    return Result(status.state, f"{record.get('outcome')}: {record.get('reason')}", status, fields=fields)
-
-
-def _usage_fields(record: Mapping[str, Any]) -> dict[str, str]:
-    fields = {"run_outcome": str(record.get("outcome"))}
-    agent_s = (record.get("durations") or {}).get("agent_s")
-    if isinstance(agent_s, int | float):
-        fields["agent_seconds"] = f"{agent_s:.3f}"
-    cost = record.get("cost_usd")
-    if isinstance(cost, int | float):
-        fields["cost_usd"] = f"{cost:.6f}"
-    if record.get("started_at"):
-        fields["run_started_at"] = str(record["started_at"])
-    return fields
-
-
-# -- publishing: the pull request and its check runs -------------------------------------------------
-
-
-def _publish(
-    ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], record: Mapping[str, Any], *, base_branch: str
-) -> Result:
-    repo, _ = _where(task)
-    branch = report.branch_for(plan.number)
-    explanation = str(record.get("explanation") or _explanation(record))
-    body = report.pr_body(number=plan.number, task_id=task.id, record=record, explanation=explanation)
-    title = report.pr_title(str(plan.issue.get("title") or ""), plan.number)
-    pr, updated = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
-    commit = str(record["commit"])
-    receipts_for = _receipts(ctx, task, plan, record)
-    for name, (check_title, summary) in (
-        (report.TRIFECTA_CHECK, report.trifecta_check(explanation)),
-        (report.AGENT_CHECK, report.agent_check(record)),
-    ):
-        posted = _check(gh, repo.full_name, commit, task_id=task.id, name=name, title=check_title,
-                        summary=summary, sign=functools.partial(receipts_for, name))  # fmt: skip
-        if posted is not None:
-            audit.note(ctx.redis, task.installation_id, task.id, "check-run-posted", check=name,
-                       log_index=posted.index)  # fmt: skip
-    fields = {**_usage_fields(record), "pull_request": str(pr["number"]), "head_sha": commit}
-    return Result(
-        State.PR_OPENED,
-        f"pull request #{pr['number']} {'updated' if updated else 'opened'}",
-        dataclasses.replace(
-            report.pr_opened(task.id, plan.agent, record, pr, updated=updated), notices=plan.notices
-        ),
-        fields=fields,
-    )
-
-
-def open_or_update(
-    gh: GitHub[Any], full_name: str, *, head: str, base: str, title: str, body: str
-) -> tuple[dict[str, Any], bool]:
-    """The one open PR for ``head``: updated if it exists (a retry), else opened. (pr, updated)."""
-    owner = full_name.split("/", 1)[0]
-    path = f"{api.repo_path(full_name)}/pulls"
-    for attempt in range(2):
-        found = api.request(gh, "GET", path, params={"head": f"{owner}:{head}", "state": "open"})
-        if found:
-            pr = found[0]
-            updated = api.request(gh, "PATCH", f"{path}/{pr['number']}", json={"body": body})
-            return updated, True
-        try:
-            return api.request(
-                gh,
-                "POST",
-                path,
-                json={
-                    "title": title,
-                    "head": head,
-                    "base": base,
-                    "body": body,
-                    "maintainer_can_modify": True,
-                },
-            ), False
-        except GitHubError as exc:
-            if exc.status != 422 or attempt:  # 422: one was opened meanwhile; find it
-                raise
-    raise BatonError("pull-request-failed", "GitHub neither listed nor opened the pull request")
-
-
-def _receipts(
-    ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]
-) -> Callable[[str], receipts.Receipt]:
-    """Signing for the run's two check runs: the trifecta decision and the agent run, about the
-    commit and the diff from the base the agent started on."""
-    repo, installation = _where(task)
-    commit, base = str(record["commit"]), str(record.get("base") or "")
-    with inspect_git.session(Mirror(ctx.data_dir, repo.id).path) as git:
-        digest = inspect_git.diff_digest(git, base, commit)
-    subjects = [receipts.commit_subject(repo.full_name, commit),
-                receipts.diff_subject(repo.full_name, base, commit, digest)]  # fmt: skip
-    decision = record.get("decision") or {}
-
-    def sign(name: str) -> receipts.Receipt:
-        if name == report.TRIFECTA_CHECK:
-            kind = statement.TRIFECTA_DECISION
-            predicate = receipts.trifecta(
-                task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
-                private=bool((decision.get("facts") or {}).get("repo_private", True)),
-                issue_digest=str(record.get("issue_sha256") or ""), decision=decision,
-                decision_json=canonical_json(decision),
-            )  # fmt: skip
-        else:
-            kind = statement.AGENT_RUN
-            predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number,
-                                           base=base, diff_digest=digest, record=record)  # fmt: skip
-        return _attest(ctx, task, installation, name, subjects=subjects, kind=kind, predicate=predicate)
-
-    return sign
-
-
-def _unpushed_receipt(ctx: Context, task: Task, plan: Plan, record: Mapping[str, Any]) -> receipts.Receipt:
-    """The ``baton/agent`` receipt of a run that pushed nothing: about the base the agent ran on."""
-    repo, installation = _where(task)
-    base = str(record["base"])
-    predicate = receipts.agent_run(task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
-                                   diff_digest="", record=record)  # fmt: skip
-    subjects = [receipts.commit_subject(repo.full_name, base)]
-    return _attest(ctx, task, installation, report.AGENT_CHECK, subjects=subjects, kind=statement.AGENT_RUN,
-                   predicate=predicate)  # fmt: skip
-
-
-def _attest(
-    ctx: Context,
-    task: Task,
-    installation: int,
-    check: str,
-    *,
-    subjects: Sequence[statement.Subject],
-    kind: str,
-    predicate: Mapping[str, object],
-) -> receipts.Receipt:
-    """Sign one check run's receipt into the installation's log, and remember where it is."""
-    signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
-                             predicate_type=kind, predicate=predicate)  # fmt: skip
-    replay.remember_receipt(ctx.redis, task.id, check, installation, signed.index)
-    audit.note(ctx.redis, installation, task.id, "signed", check=check, log_index=signed.index)
-    return signed
-
-
-def issue_digest(issue: Mapping[str, Any]) -> str:
-    """The issue text the agent was given (title, blank line, body), by sha256: an untrusted input."""
-    text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _check(
-    gh: GitHub[Any],
-    full_name: str,
-    sha: str,
-    *,
-    task_id: str,
-    name: str,
-    title: str,
-    summary: str,
-    sign: Callable[[], receipts.Receipt],
-) -> receipts.Receipt | None:
-    """A completed check run on ``sha``, once per task (a retry finds the one it made), carrying its
-    receipt, which is in the log before the check run exists. Returns that receipt; None when the
-    check run was already there."""
-    existing = api.request(
-        gh,
-        "GET",
-        f"{api.repo_path(full_name)}/commits/{sha}/check-runs",
-        params={"check_name": name, "filter": "all"},
-    )
-    if any(r.get("external_id") == task_id for r in existing.get("check_runs", [])):
-        return None
-    signed = sign()
-    api.create_check_run(
-        gh,
-        full_name,
-        name=name,
-        head_sha=sha,
-        external_id=task_id,
-        details_url=signed.details_url,
-        output=Output(title, summary, signed.text()),
-        conclusion="success",
-    )
-    return signed
-
-
-def _explanation(record: Mapping[str, Any]) -> str:
-    decision = record.get("decision") or {}
-    return orjson.dumps(decision, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    if record.box and record.base:
+        status = dataclasses.replace(
+            status, receipt=pull_request.unpushed_receipt(ctx, task, plan, record).text()
+        )
+    fields = record.usage_fields()
+    return Result(status.state, f"{record.outcome}: {record.reason}", status, fields=fields)
 
 
 # -- identities, secrets, the mirror ---------------------------------------------------------------
@@ -574,15 +321,14 @@ def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:
     return (tip,) if contains else (tip, base)
 
 
-def _saved(ctx: Context, task_id: str) -> dict[str, Any] | None:
+def _saved(ctx: Context, task_id: str) -> Record | None:
     raw = ctx.redis.get(admit.RECORD_PREFIX + task_id)
-    return orjson.loads(raw) if raw else None
+    return Record.from_data(orjson.loads(raw)) if raw else None
 
 
-def _save(ctx: Context, task_id: str, record: Mapping[str, Any]) -> None:
-    ctx.redis.set(
-        admit.RECORD_PREFIX + task_id, orjson.dumps(record, option=orjson.OPT_SORT_KEYS), ex=EVIDENCE_TTL_S
-    )
+def _save(ctx: Context, task_id: str, record: Record) -> None:
+    data = orjson.dumps(record.to_data(), option=orjson.OPT_SORT_KEYS)
+    ctx.redis.set(admit.RECORD_PREFIX + task_id, data, ex=EVIDENCE_TTL_S)
 
 
 def _explain(ctx: Context, policy: Policy, plan: Plan, private: bool) -> str:

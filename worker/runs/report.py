@@ -1,6 +1,6 @@
 """What a run says on GitHub: the status for each outcome, the pull request's body, its check runs.
 
-Pure functions of the run record (``worker.runner.run.RunRecord.to_data()``), so the
+Pure functions of the run record (``worker.runs.record.Record``), so the
 same run always reads the same. The record is partly agent-written (its output tail,
 its own summary, file paths it made up): those reach Markdown only through ``inert``
 and ``fenced``, and the output tail is redacted first.
@@ -12,10 +12,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from worker.lifecycle import State
+from baton.tasks import Outcome
+from worker.lifecycle import OUTCOME_STATE, State
 from worker.messages import fenced, inert
 from worker.runner.gateway.journal import VIOLATION_PREFIX
 from worker.runner.gateway.spend import usd
+from worker.runs.record import Record
 from worker.status import Status
 
 #: Check runs a finished run leaves on its commit.
@@ -97,13 +99,13 @@ def _tokens(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else "?"
 
 
-def model_lines(record: Mapping[str, Any]) -> list[str]:
+def model_lines(record: Record) -> list[str]:
     """What the run's model calls were and cost, as Baton's gateway metered them (names are the agent's)."""
-    model = record.get("model")
+    model = record.model
     if not isinstance(model, Mapping):
         return []
     totals = model.get("totals") or {}
-    said = (record.get("agent_result") or {}).get("cost_usd")
+    said = (record.agent_result or {}).get("cost_usd")
     claim = f" (the CLI said {usd(float(said))})" if isinstance(said, int | float) else ""
     refused = int(totals.get("refused") or 0)
     lines = [
@@ -129,18 +131,18 @@ def model_lines(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def run_lines(record: Mapping[str, Any]) -> list[str]:
+def run_lines(record: Record) -> list[str]:
     """The run, one fact per line, for the status comment, the PR body and the agent check."""
-    diff = record.get("diff") or {}
-    adapter = f"{record.get('adapter')} {record.get('adapter_version') or '(version unknown)'}"
+    diff = record.diff or {}
+    adapter = f"{record.adapter} {record.adapter_version or '(version unknown)'}"
     lines = [
-        f"Agent {inert(str(record.get('agent')))} through adapter {inert(adapter)}",
-        f"Decision `sha256:{record.get('decision_sha256', '')[:16]}…`",
-        f"Box: {box_summary(record.get('box'))}",
-        f"Egress: {inert(egress_summary(record.get('egress') or []), 400)}",
+        f"Agent {inert(record.agent)} through adapter {inert(adapter)}",
+        f"Decision `sha256:{record.decision_sha256[:16]}…`",
+        f"Box: {box_summary(record.box)}",
+        f"Egress: {inert(egress_summary(record.egress), 400)}",
         *model_lines(record),
-        f"Agent time {_minutes((record.get('durations') or {}).get('agent_s'))}, "
-        f"total {_minutes((record.get('durations') or {}).get('total_s'))}",
+        f"Agent time {_minutes(record.durations.get('agent_s'))}, "
+        f"total {_minutes(record.durations.get('total_s'))}",
     ]
     if diff:
         lines.append(
@@ -155,8 +157,8 @@ def _sentence(text: str) -> str:
     return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else ""
 
 
-def _tail(record: Mapping[str, Any], secrets: Iterable[str]) -> str | None:
-    tail = str(record.get("output_tail") or "").strip()
+def _tail(record: Record, secrets: Iterable[str]) -> str | None:
+    tail = record.output_tail.strip()
     if not tail:
         return None
     return "\n".join(redact(tail, secrets).splitlines()[-TAIL_LINES:])
@@ -219,15 +221,17 @@ def over_budget(task_id: str, agent: str, lines: Sequence[str]) -> Status:
 
 
 def pr_opened(
-    task_id: str, agent: str, record: Mapping[str, Any], pr: Mapping[str, Any], *, updated: bool
+    task_id: str, agent: str, record: Record, pr: Mapping[str, Any], *, updated: bool, unchanged: bool = False
 ) -> Status:
+    """``unchanged``: the run's commit leaves the files as the pull request had them already."""
     verb = "updated" if updated else "opened"
     link = f"[#{pr['number']}]({pr['html_url']})"
+    same = " but nothing changed: the agent left the same files as before, so the diff is the same"
     return Status(
         State.PR_OPENED,
         task_id,
         agent,
-        f"Pull request {link} {verb} from branch `{pr['head']['ref']}`.",
+        f"Pull request {link} {verb} from branch `{pr['head']['ref']}`{same if unchanged else ''}.",
         details=run_lines(record),
         headline=f"📬 Pull request {verb}",
         next_steps=(
@@ -237,13 +241,14 @@ def pr_opened(
     )
 
 
-def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable[str] = ()) -> Status:
+def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ()) -> Status:
     """A run that opened no pull request: why, in Baton's words, and what the agent last said."""
-    outcome = str(record.get("outcome"))
+    outcome = record.outcome
+    state = OUTCOME_STATE[outcome]
     retry = "Comment `/baton retry` to run it again."
-    if outcome == "no-changes":
+    if outcome is Outcome.NO_CHANGES:
         return Status(
-            State.DONE,
+            state,
             task_id,
             agent,
             "The agent finished without changing any file; nothing was pushed.",
@@ -251,8 +256,8 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             headline="✅ Done: no changes",
             next_steps=(retry,),
         )
-    if outcome == "violations":
-        listed = list(record.get("violations") or [])
+    if outcome is Outcome.VIOLATIONS:
+        listed = list(record.violations)
         found = [
             f"{inert(str(v.get('code')))} {inert(str(v.get('path') or '(whole diff)'), 200)}: "
             f"{inert(str(v.get('detail')), 300)}"
@@ -260,7 +265,7 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
         ]
         asked = any(str(v.get("code", "")).startswith(VIOLATION_PREFIX) for v in listed)
         return Status(
-            State.FAILED,
+            state,
             task_id,
             agent,
             (
@@ -275,12 +280,12 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
             headline="🛡️ Model requests refused" if asked else "🚧 Changes refused",
             next_steps=(retry,),
         )
-    if outcome == "over-budget":
+    if outcome is Outcome.OVER_BUDGET:
         return Status(
-            State.FAILED,
+            state,
             task_id,
             agent,
-            f"{_sentence(str(record.get('reason') or 'the run reached its model spend cap'))}",
+            f"{_sentence(record.reason or 'the run reached its model spend cap')}",
             details=run_lines(record),
             headline="💸 Over budget: the model spend cap was reached",
             next_steps=(
@@ -289,36 +294,35 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
                 retry,
             ),
         )
-    if outcome == "cancelled":
+    if outcome is Outcome.CANCELLED:
         return Status(
-            State.CANCELLED,
+            state,
             task_id,
             agent,
-            f"The run was stopped: {record.get('reason')}. Nothing was pushed.",
+            f"The run was stopped: {record.reason}. Nothing was pushed.",
             details=run_lines(record),
         )
-    if outcome == "denied":
+    if outcome is Outcome.DENIED:
         return Status(
-            State.DENIED,
+            state,
             task_id,
             agent,
             "The capability gate, asked again on the current "
             "policy when the run was about to start, denied it; no agent process was started.",
             next_steps=(retry,),
         )
-    state = State.TIMED_OUT if outcome == "timed-out" else State.FAILED
     headline = {
-        "conflict": "⚠️ Not pushed: the branch has changes Baton did not make",
-        "agent-missing": "❌ The agent is not installed",
+        Outcome.CONFLICT: "⚠️ Not pushed: the branch has changes Baton did not make",
+        Outcome.AGENT_MISSING: "❌ The agent is not installed",
     }.get(outcome)
     tail = _tail(record, secrets)
     return Status(
         state,
         task_id,
         agent,
-        f"{_sentence(str(record.get('reason') or 'the run failed'))} Nothing was pushed.",
+        f"{_sentence(record.reason or 'the run failed')} Nothing was pushed.",
         evidence=f"last lines of the agent's output:\n{tail}" if tail else None,
-        details=run_lines(record) if record.get("box") else (),
+        details=run_lines(record) if record.box else (),
         headline=headline,
         next_steps=(retry,),
     )
@@ -327,7 +331,7 @@ def ended(task_id: str, agent: str, record: Mapping[str, Any], secrets: Iterable
 # -- the pull request and its checks ----------------------------------------------------------------
 
 
-def pr_body(*, number: int, task_id: str, record: Mapping[str, Any], explanation: str) -> str:
+def pr_body(*, number: int, task_id: str, record: Record, explanation: str) -> str:
     lines = [
         f"Fixes #{number}",
         "",
@@ -352,10 +356,10 @@ def pr_title(title: str, number: int) -> str:
     return (flat[:240] or f"Issue #{number}") + f" (#{number})"
 
 
-def agent_check(record: Mapping[str, Any]) -> tuple[str, str]:
+def agent_check(record: Record) -> tuple[str, str]:
     """Title and summary of the ``baton/agent`` check run."""
-    diff = record.get("diff") or {}
-    title = f"{record.get('agent')}: {diff.get('files', 0)} files changed"
+    diff = record.diff or {}
+    title = f"{record.agent}: {diff.get('files', 0)} files changed"
     return title, "\n".join(f"- {line}" for line in run_lines(record))
 
 

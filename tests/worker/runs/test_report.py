@@ -7,6 +7,7 @@ import dataclasses
 import redis
 
 from worker.runs import cancel, report
+from worker.runs.record import Record
 
 
 def test_the_output_tail_is_redacted_of_what_the_agent_was_given_and_of_token_shapes() -> None:
@@ -32,7 +33,7 @@ def test_a_commit_names_its_task_and_who_asked() -> None:
 def test_a_failed_run_shows_its_last_lines_inert_and_says_nothing_was_pushed() -> None:
     record = {"outcome": "failed", "reason": "the agent reported failure", "agent": "script",
               "output_tail": "\n".join(f"line {i}" for i in range(40)) + "\n```\n@everyone"}  # fmt: skip
-    status = report.ended("t-1", "script", record)
+    status = report.ended("t-1", "script", Record.from_data(record))
     assert status.summary.startswith("The agent reported failure.")
     assert "Nothing was pushed." in status.summary
     assert status.evidence is not None
@@ -56,7 +57,7 @@ def test_a_receipt_on_the_issue_is_whole_or_absent_never_cut() -> None:
     from worker.status import RECEIPT_TOO_LARGE, render
 
     record = {"agent": "helper", "outcome": "violations", "violations": [], "box": {}}
-    status = report.ended("t1", "helper", record)
+    status = report.ended("t1", "helper", Record.from_data(record))
     small = dataclasses.replace(status, receipt="### Signed receipt\n\n```json\n{}\n```\n")
     assert "### Signed receipt" in render(small)
     huge = dataclasses.replace(status, receipt="```json\n" + "x" * MAX_COMMENT_CHARS + "\n```")

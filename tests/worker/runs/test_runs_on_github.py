@@ -140,6 +140,19 @@ def test_a_retry_adds_a_commit_to_the_same_pull_request(stage: Stage) -> None:
     assert report.trailer(_git(stage, "log", "-1", "--format=%B", new_head)) == retry["task_id"]
 
 
+def test_a_retry_on_an_unchanged_base_says_that_nothing_changed(stage: Stage) -> None:
+    number, task_id = _labelled_run(stage, HELLO)
+    stage.run_agent(task_id)
+    retry = stage.comment(number, "/baton retry", user="ada")
+    assert stage.run_agent(retry["task_id"])["state"] == "pr_opened"
+    [pr] = _pulls(stage, number)
+    head = pr["head"]["sha"]
+    assert _git(stage, "rev-parse", f"{head}^{{tree}}") == _git(stage, "rev-parse", f"{head}^1^{{tree}}")
+    status = _status(stage, number)
+    assert "nothing changed" in status
+    assert "same files as before" in status
+
+
 def test_changes_to_a_workflow_are_refused_and_nothing_is_pushed(stage: Stage) -> None:
     recipe = {"steps": [{"op": "write", "path": ".github/workflows/ci.yml", "content": "on: push\n"}]}
     number, task_id = _labelled_run(stage, recipe)
