@@ -181,8 +181,8 @@ def test_a_run_that_reaches_its_spend_cap_is_stopped_and_commits_nothing(
     assert git(repo, "branch", "--list", "baton/*") == ""
     assert "limits.max_model_spend_per_run" in record.reason
     assert record.model is not None
-    # One call passed; the next was refused and the box stopped (a third may come before the stop lands).
+    # The call that reached the cap ends the run: the vendor saw it and no other. Whether the agent got
+    # a further call in (refused) before the stop landed is timing, so it is not asserted.
     assert record.model["totals"]["calls"] == 1
-    assert record.model["totals"]["refused"] >= 1
     assert record.durations["agent_s"] < 60
     assert len(standin.requests()) == 1
