@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from baton import codes
-from evidence.errors import CODES
+from baton.errors import BatonError
+from bot.evidence import BadRequest, Forbidden, NotFound
+from bot.routing import PayloadError
+from evidence.audit import AuditError
+from evidence.errors import CODES, EvidenceError
+from evidence.log import LogBusy
 from tests.code_scan import Given, Scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,3 +148,27 @@ def test_a_caught_errors_code_passed_on_is_not_a_new_code() -> None:
         "    except BatonError as exc:\n        raise BatonError(exc.code, 'again') from exc\n"
     )
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (PayloadError("payload has no object 'installation'"), codes.BAD_PAYLOAD),
+        (BadRequest("start is required"), codes.BAD_REQUEST),
+        (NotFound("no log"), codes.NOT_FOUND),
+        (Forbidden("not served"), codes.FORBIDDEN),
+    ],
+)
+def test_the_web_processes_errors_are_baton_errors_with_registered_codes(
+    error: BatonError, code: str
+) -> None:
+    assert isinstance(error, BatonError)
+    assert error.code == code
+    assert code in codes.REGISTRY
+    assert str(error) == error.message  # the JSON answers show str(exc): unchanged
+
+
+def test_the_evidence_packages_errors_are_evidence_errors() -> None:
+    assert issubclass(LogBusy, EvidenceError)
+    assert issubclass(AuditError, EvidenceError)
+    assert not issubclass(EvidenceError, BatonError)  # evidence must run without Baton's server side
