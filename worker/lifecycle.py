@@ -57,7 +57,8 @@ MOVES: dict[State, frozenset[State]] = {
     State.RUNNING: TERMINAL | {State.QUEUED},
     **{state: frozenset() for state in TERMINAL},
 }
-assert State.QUEUED.value == records.QUEUED
+if State.QUEUED.value != records.QUEUED:  # the web process writes records.QUEUED; the table reads it
+    raise BatonError("internal-error", "worker/lifecycle.py: State.QUEUED must equal records.QUEUED")
 
 PREFIX = records.TASK_PREFIX
 REGISTRY = records.REGISTRY_PREFIX  # + state: a sorted set of task ids by time of arrival there
