@@ -78,7 +78,7 @@ ENTRIES = (
     Code("worker-lost", "The Baton worker running this task stopped before it finished.",
          "Check why the worker stopped (out of memory, a deploy, a crash); then ask again."),
     Code("timed-out", "The task ran longer than its queue allows and was stopped.",
-         "Raise the queue's timeout in the worker's settings, or make the task smaller."),
+         "Make the task smaller: each queue's job_timeout is fixed in baton/queues.py."),
     Code("task-undecodable", "A newer or older Baton stored this task in a form this worker cannot read.",
          "Run the same Baton version for `baton serve` and `baton worker`; then ask again."),
     Code("reserved-env", "The policy passes one of Baton's own settings to the agent, and an agent never "
@@ -125,7 +125,7 @@ ENTRIES = (
     Code("manifest-invalid", "Baton's App manifest is not valid.",
          "Make the manifest file a YAML mapping with a `name`."),
     Code("code-unknown", "GitHub did not accept the registration code; start the setup again.",
-         "Open the setup page again; a code is good for one hour and one use."),
+         "Start again from the setup page: a code is good for one use within an hour."),
     Code("github-refused", "GitHub refused to finish the App's registration.",
          "Read GitHub's answer in the log; start the setup again."),
     Code("github-unreachable", "Baton could not reach GitHub to finish the App's registration.",

@@ -6,7 +6,9 @@ takes no code; or through a function that forwards its ``code`` parameter into o
 a ``_failure(code, ...)`` helper), whose callers then give the code. A code must be a string literal
 or a constant of the registry module (directly, through ``from registry import NAME``, or through a
 module-level alias ``NAME = registry.NAME`` / ``NAME = OTHER_ALIAS``, also across the scanned
-modules); anything else is reported as a problem, so a code cannot hide in a variable.
+modules). A local variable counts as every value its function assigns it, and ``exc.code`` of an
+error caught by ``except SomeError as exc`` is passed on, not new. Anything else is reported as a
+problem, so a code cannot hide in a variable.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ class Scan:
         sites = [
             _Site(module, call, scope, expr)
             for module, scope, call, owner in self._calls
-            if (expr := self._code_of(call, owner)) is not None
+            if (expr := self._code_of(module, call, owner)) is not None
         ]
         forwarders: dict[str, tuple[int | None, str]] = {}  # function -> where callers give the code
         seen = {id(site.call) for site in sites}
@@ -246,9 +248,11 @@ class Scan:
             for scope, call, owner in walk(m.tree, None, None)
         ]
 
-    def _code_of(self, call: ast.Call, owner: str | None) -> ast.expr | None:
+    def _code_of(self, module: _Module, call: ast.Call, owner: str | None) -> ast.expr | None:
         """The code argument when ``call`` makes an error (or is an error's ``super().__init__``)."""
         callee = _callee(call.func)
+        if isinstance(call.func, ast.Name) and callee in module.imports:
+            callee = module.imports[callee][1]  # ``from baton.errors import BatonError as Oops``
         if callee in self.classes:
             return _code_arg(call) if self.classes[callee] else None
         is_super_init = (

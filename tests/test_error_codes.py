@@ -99,6 +99,8 @@ def test_registry_constants_name_registered_codes() -> None:
         # through a helper that forwards its parameter, given by keyword
         "from pkg.errors import BatonError\ndef fail(*, why):\n    return BatonError(why, 'm')\n"
         'def g():\n    raise fail(why="unheard-of")\n',
+        # an error class imported under another name
+        'from pkg.errors import BatonError as Oops\nraise Oops("unheard-of", "m")\n',
         # a local variable's every assignment counts
         "from pkg.errors import BatonError\ndef f(x):\n    code = 'known'\n    if x:\n"
         "        code = 'unheard-of'\n    raise BatonError(code, 'm')\n",
