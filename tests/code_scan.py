@@ -135,6 +135,7 @@ class _Site:
     call: ast.Call
     scope: Scope
     expr: ast.expr
+    owner: str | None = None  # the class it is written in
 
 
 class Scan:
@@ -196,7 +197,7 @@ class Scan:
     def given(self) -> list[Given]:
         """Every code given, in file order; those that could not be read carry a problem."""
         sites = [
-            _Site(module, call, scope, expr)
+            _Site(module, call, scope, expr, owner)
             for module, scope, call, owner in self._calls
             if (expr := self._code_of(module, call, owner)) is not None
         ]
@@ -223,8 +224,18 @@ class Scan:
                     grew = True
         out: list[Given] = []
         for site in sites:
-            if _forwarded(site.expr, site.scope) is None:  # else its callers are sites of their own
+            forwarded = _forwarded(site.expr, site.scope)
+            if forwarded is None:
                 out.extend(self._values(site))
+            elif (
+                site.scope is not None
+                and site.scope.name == "__init__"
+                and not self.classes.get(site.owner or "")
+            ):
+                # an error whose __init__ takes the code, but not first: its callers would go unread
+                why = f"code given as {forwarded!r}: {site.owner}.__init__ must take it first, as `code`"
+                out.append(Given(site.module.file, site.call.lineno, None, why))
+            # else its callers are sites of their own
         return sorted(out)
 
     def _every_call(self) -> list[tuple[_Module, Scope, ast.Call, str | None]]:

@@ -119,6 +119,12 @@ def test_the_scan_finds_an_unregistered_code(source: str) -> None:
         # anything computed
         ('from pkg.errors import BatonError\ndef f(x):\n    raise BatonError(x.kind, "m")\n', "x.kind"),
         ('from pkg.errors import BatonError\nraise BatonError("kn" + "own", "m")\n', "'kn' + 'own'"),
+        # an error whose __init__ takes the code elsewhere than first: its callers would go unread
+        (
+            "from pkg.errors import BatonError\nclass Late(BatonError):\n"
+            "    def __init__(self, message, why):\n        super().__init__(why, message)\n",
+            "why",
+        ),
         # a name the registry does not define
         (
             'from reg import MISSING\nfrom pkg.errors import BatonError\nraise BatonError(MISSING, "m")\n',
