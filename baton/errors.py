@@ -6,8 +6,10 @@ from __future__ import annotations
 class BatonError(Exception):
     """Base of every error Baton raises on purpose.
 
-    ``code`` is stable (tests and logs match on it, never on the message);
-    ``message`` says what failed and how to fix it.
+    ``code`` is stable (tests and logs match on it, never on the message) and registered in
+    ``baton.codes`` with the sentence the public sees and the fix (``tests/test_error_codes.py``
+    fails on an unregistered one); ``message`` says what failed and how to fix it, and goes to
+    the log or terminal only.
     """
 
     def __init__(self, code: str, message: str) -> None:

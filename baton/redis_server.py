@@ -164,7 +164,11 @@ class EmbeddedRedis:
                     self._write_state(self.state_file)
                 return url
             last_error = self._reap()
-        raise ConfigError("redis-start-failed", f"embedded Redis server did not start: {last_error}")
+        raise ConfigError(
+            "redis-start-failed",
+            f"embedded Redis server did not start: {last_error}; check that {self.data_dir} is "
+            "writable (it is under XDG_CACHE_HOME), or set REDIS_URL to a running Redis",
+        )
 
     def _wait_ready(self, url: str) -> bool:
         client = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.5)

@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from baton import codes
+from baton.errors import BatonError
 from baton.settings import Settings, bearer_matches
 from evidence import links, merkle
 from evidence.keys import keys_document
@@ -40,16 +42,25 @@ NO_STORE = "no-store"
 logger = logging.getLogger("baton.evidence")
 
 
-class BadRequest(Exception):
+class BadRequest(BatonError):
     """A parameter a client sent is wrong (400); the message names it."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(codes.BAD_REQUEST, message)
 
-class NotFound(Exception):
+
+class NotFound(BatonError):
     """There is nothing at this address (404)."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(codes.NOT_FOUND, message)
 
-class Forbidden(Exception):
+
+class Forbidden(BatonError):
     """What is asked for is not served to this request (403); the message says what would be."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(codes.FORBIDDEN, message)
 
 
 def _number(raw: str | None, name: str, default: int | None = None) -> int:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton import codes
+from baton.errors import BatonError
 from baton.tasks import AGENT_NAME_PATTERN, CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
 
 AGENT_LABEL_PREFIX = "agent:"
@@ -25,8 +27,11 @@ COMMAND_PREFIX = "/baton "
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
 
-class PayloadError(ValueError):
-    """The (verified) payload lacks a field its event always has."""
+class PayloadError(BatonError):
+    """The (verified) payload lacks a field its event always has; the message names the field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(codes.BAD_PAYLOAD, message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,8 +125,8 @@ async def _exchange(proc: asyncio.subprocess.Process, body: bytes) -> bytes:
         except (RuntimeError, BrokenPipeError, ConnectionResetError):
             pass
 
-    assert proc.stdout is not None
-    assert proc.stderr is not None
+    if proc.stdout is None or proc.stderr is None:
+        raise RuntimeError("git http-backend was started without stdout/stderr pipes: pass PIPE for both")
     _, out, _ = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
     await proc.wait()
     return out

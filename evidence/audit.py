@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from evidence.encoding import canonical_json
+from evidence.errors import EvidenceError
 
 MAC_SIZE = 32
 GENESIS = bytes(MAC_SIZE)  # "prev" of entry 0
@@ -57,7 +58,7 @@ redis.call("SADD", KEYS[2], ARGV[2])
 """
 
 
-class AuditError(RuntimeError):
+class AuditError(EvidenceError):
     """Sealing could not proceed: the chain's last entry is unreadable, or sealers kept colliding."""
 
 
@@ -204,12 +205,14 @@ class AuditChain:
             seq, tag = entry["seq"], bytes.fromhex(entry["mac"])
         except (ValueError, KeyError, TypeError) as exc:
             raise AuditError(
+                "audit-unreadable",
                 f"audit chain of installation {self.installation}: the last sealed entry is unreadable "
-                f"({exc}); run verify to find the damage. Events keep being captured as pending."
+                f"({exc}); run verify to find the damage. Events keep being captured as pending.",
             ) from exc
         if not isinstance(seq, int) or len(tag) != MAC_SIZE:
             raise AuditError(
-                f"audit chain of installation {self.installation}: the last entry has a bad seq or mac"
+                "audit-unreadable",
+                f"audit chain of installation {self.installation}: the last entry has a bad seq or mac",
             )
         return seq, tag
 
@@ -269,8 +272,9 @@ class AuditChain:
                 except redis.WatchError:
                     time.sleep(random.uniform(0, 0.0002 * min(attempt + 1, 20)))  # noqa: S311 - jitter
         raise AuditError(
+            "audit-busy",
             f"audit chain of installation {self.installation}: {MAX_TRIES} seal attempts all collided with "
-            "other sealers; the events stay pending and the next seal takes them"
+            "other sealers; the events stay pending and the next seal takes them",
         )
 
     def verify(self) -> Broken | None:

@@ -15,6 +15,9 @@ CODES = frozenset(
         "not-included",
         "inconsistent",
         "bad-proof",
+        "log-busy",  # every append lost its race to other appenders: retry later
+        "audit-unreadable",  # the audit chain's last sealed entry cannot be read: run verify
+        "audit-busy",  # every seal collided with other sealers: the events stay pending
     }
 )
 

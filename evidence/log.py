@@ -20,6 +20,7 @@ import redis
 
 from evidence import checkpoint, merkle
 from evidence.encoding import canonical_json, rfc3339
+from evidence.errors import EvidenceError
 from evidence.keys import SigningKey
 
 MAX_ENTRIES = 1000
@@ -28,7 +29,7 @@ MAX_NODES = 256  # stored nodes one subtree() may combine; ranges that proofs us
 INSTALLATIONS = "baton:log:installations"
 
 
-class LogBusy(RuntimeError):
+class LogBusy(EvidenceError):
     """Every append attempt lost its race to another appender; the caller may retry later."""
 
 
@@ -114,8 +115,9 @@ class Log:
             self._size_hint = done.index + 1
             return done
         raise LogBusy(
+            "log-busy",
             f"log of installation {self.installation}: {MAX_TRIES} append attempts all lost a race with "
-            "other appenders; retry later or reduce the number of concurrent appenders"
+            "other appenders; retry later or reduce the number of concurrent appenders",
         )
 
     def _tips(self) -> tuple[int, dict[int, bytes]]:

@@ -57,7 +57,8 @@ MOVES: dict[State, frozenset[State]] = {
     State.RUNNING: TERMINAL | {State.QUEUED},
     **{state: frozenset() for state in TERMINAL},
 }
-assert State.QUEUED.value == records.QUEUED
+if State.QUEUED.value != records.QUEUED:  # the web process writes records.QUEUED; the table reads it
+    raise BatonError("internal-error", "worker/lifecycle.py: State.QUEUED must equal records.QUEUED")
 
 #: The state an agent run's task ends in, per outcome of the run (``baton.tasks.Outcome``).
 OUTCOME_STATE: dict[Outcome, State] = {

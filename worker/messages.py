@@ -8,13 +8,15 @@ so it can never become a mention, a link, an image or a fake heading.
 Errors are described by their stable code, never by their exception text:
 exception text can carry URLs, tokens' neighbours or a library's internals
 (``data_model=<class …>``), so it goes to the worker log, and the issue gets
-the sentence below for its code.
+the sentence ``baton.codes`` registers for its code.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+
+from baton import codes
 
 #: Longest user-supplied value quoted verbatim; longer ones are cut with an ellipsis.
 MAX_QUOTED = 100
@@ -46,33 +48,6 @@ def fenced(text: str, info: str = "text") -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-#: code -> what the issue or check run says. Codes not listed get ``UNKNOWN``.
-FAILURES: dict[str, str] = {
-    "no-app-credentials": "The Baton worker has no GitHub App credentials, so it cannot act on GitHub. "
-    "An operator must set APP_ID and PRIVATE_KEY for the worker.",
-    "no-installation": "The event did not name a repository and an App installation, so Baton "
-    "could not act on it.",
-    "no-head-sha": "The event did not name a head commit, so Baton could not check it.",
-    "github-call-failed": "GitHub did not answer a call Baton needed, even after retrying.",
-    "token-refused": "GitHub refused Baton an access token for this repository. "
-    "Check that the App is still installed on it.",
-    "bad-name": "The event named a repository or user that is not a valid GitHub name.",
-    "org-policy-unreachable": "Baton could not read the organisation's capability policy "
-    "(`baton.yml` in its `.github` repository), so it refuses to run anything here.",
-    "org-policy-required": "This Baton requires an organisation policy, and the owner's `.github` "
-    "repository is not visible to the App. Add the `.github` repository to the App's installation "
-    "(or make it public) with a `baton.yml` at its root.",
-    "internal-error": "Baton hit an internal error. The operator can find the details in the worker log.",
-    "job-failed": "Baton's job for this task failed. The operator can find the details in the worker log.",
-    "worker-lost": "The Baton worker running this task stopped before it finished.",
-    "timed-out": "The task ran longer than its queue allows and was stopped.",
-    "task-undecodable": "A newer or older Baton stored this task in a form this worker cannot read.",
-    "reserved-env": "The policy passes one of Baton's own settings to the agent, and an agent never "
-    "gets Baton's credentials, so nothing was run. An org admin must remove it from the agent's `env`.",
-}
-UNKNOWN = "Baton could not finish this task. The operator can find the details in the worker log."
-
-
 def failure(code: str) -> str:
     """The sentence an issue or check run shows for error ``code`` (never exception text)."""
-    return FAILURES.get(code, UNKNOWN)
+    return codes.sentence(code)

@@ -130,7 +130,9 @@ def _saved_heads(path: Path) -> dict[int, tuple[int, bytes]]:
         data = orjson.loads(path.read_bytes())
         return {int(h["installation"]): (int(h["seq"]), bytes.fromhex(h["mac"])) for h in data["heads"]}
     except OSError as exc:
-        raise ConfigError("bad-audit-head", f"cannot read {path}: {exc.strerror}") from exc
+        raise ConfigError(
+            "bad-audit-head", f"cannot read {path}: {exc.strerror}; pass the file `baton audit head` wrote"
+        ) from exc
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
             "bad-audit-head",

@@ -165,8 +165,8 @@ def _judge(
     """Fetch, inspect, scan, run the command gates where allowed: the evaluation of the head."""
     app = ctx.need_github()
     repo, installation = task.repository, task.installation_id
-    assert repo is not None
-    assert installation is not None
+    if repo is None or installation is None:
+        raise BatonError("no-repository", "the delivery names no repository or installation")
     clone_url = str(api.request(gh, "GET", api.repo_path(repo.full_name))["clone_url"])
     mirror = Mirror(ctx.data_dir, repo.id)
     remote = Remote(clone_url, app.git_token(installation, repo.full_name))
@@ -311,8 +311,8 @@ def end_for(run_id: int, verdict: Verdict, signed: receipts.Receipt) -> CheckRun
 
 
 def _complete_now(ctx: Context, task: Task, run_id: int, head: str, verdict: Verdict) -> None:
-    assert task.repository is not None
-    assert task.installation_id is not None
+    if task.repository is None or task.installation_id is None:
+        raise BatonError("no-repository", "the delivery names no repository or installation")
     signed = receipt(ctx, task, head, verdict)
     gh = ctx.need_github().for_repository(task.installation_id, task.repository.full_name, "gate")
     api.complete_check_run(

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from baton import codes
 from baton.errors import BatonError
 
 #: Stable codes (tests and logs match on these, never on messages).
-INVALID = "policy.invalid"
-WIDENING = "policy.widening"
-UNKNOWN_AGENT = "policy.unknown_agent"
+INVALID = codes.POLICY_INVALID
+WIDENING = codes.POLICY_WIDENING
+UNKNOWN_AGENT = codes.POLICY_UNKNOWN_AGENT
 
 
 @dataclass(frozen=True, order=True)

@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from baton import codes
 from baton.errors import BatonError
 from worker.policy import MODEL_KEYS, Agent
 from worker.runner import results
 from worker.runner.installed import SYSTEM_PATH, install_dirs, parse_version, run_version, script_agent_source
 from worker.runner.results import AgentResult, ResultFormat
 
-AGENT_MISSING = "runner.agent_missing"
+AGENT_MISSING = codes.AGENT_MISSING
 
 #: For CLIs that read the prompt on stdin but want a positional prompt too. Fixed text, never issue text.
 STDIN_POINTER = "Follow the task given on standard input."

@@ -24,15 +24,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from baton import codes
 from baton.errors import BatonError
 from worker.runner.inspect_rules import Change, ChangeKind
 
 #: Stable error codes (tests and logs match on these, never on messages).
-GIT_FAILED = "inspect.git_failed"
-FILTER_CONFIGURED = "inspect.filter_configured"
-UNKNOWN_REVISION = "inspect.unknown_revision"
-WORKSPACE_UNREADABLE = "inspect.workspace_unreadable"
-BRANCH_EXISTS = "inspect.branch_exists"
+GIT_FAILED = codes.INSPECT_GIT_FAILED
+FILTER_CONFIGURED = codes.INSPECT_FILTER_CONFIGURED
+UNKNOWN_REVISION = codes.INSPECT_UNKNOWN_REVISION
+WORKSPACE_UNREADABLE = codes.INSPECT_WORKSPACE_UNREADABLE
+BRANCH_EXISTS = codes.INSPECT_BRANCH_EXISTS
 
 #: Seconds any one git command may take.
 GIT_TIMEOUT_S = 600

@@ -26,6 +26,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from baton import keys, queues, records
+from baton.errors import BatonError
 from baton.tasks import Task
 from worker import lifecycle
 from worker.context import Context
@@ -46,15 +47,15 @@ RECORD_PREFIX = keys.RUN_RECORD_PREFIX
 
 
 def lock_key(task: Task) -> str:
-    assert task.repository is not None
-    assert task.number is not None
+    if task.repository is None or task.number is None:
+        raise BatonError("no-issue", "an agent run needs an issue")
     return f"{records.RUN_LOCK_PREFIX}{task.repository.id}:{task.number}"
 
 
 def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
     """The repository's budget and the installation's (from the org file); ``policy`` None: keys only."""
-    assert task.repository is not None
-    assert task.installation_id is not None
+    if task.repository is None or task.installation_id is None:
+        raise BatonError("no-installation", "the delivery names no repository or installation")
     repo_limits = policy.limits if policy is not None else None
     org = repo_limits.installation if repo_limits is not None else None
     return [

@@ -35,16 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from baton import codes
 from baton.errors import BatonError
 from baton.settings import is_loopback
 
 #: Stable error codes (tests and logs match on these, never on messages).
-FETCH_FAILED = "git-fetch-failed"
-PUSH_FAILED = "git-push-failed"
-PUSH_REJECTED = "push-rejected"
-AUTH_FAILED = "git-auth-failed"
-MIRROR_BUSY = "mirror-busy"
-GIT_FAILED = "git-failed"
+FETCH_FAILED = codes.GIT_FETCH_FAILED
+PUSH_FAILED = codes.GIT_PUSH_FAILED
+PUSH_REJECTED = codes.PUSH_REJECTED
+AUTH_FAILED = codes.GIT_AUTH_FAILED
+MIRROR_BUSY = codes.MIRROR_BUSY
+GIT_FAILED = codes.GIT_FAILED
 
 #: Stands in for a secret in anything Baton prints or stores.
 REDACTED = "<redacted>"
