@@ -651,7 +651,7 @@ def run(out: Path | None) -> int:
     # Absolute: the worker's BATON_DATA_DIR lives under it, and the README runs `--out demo-out`.
     work = (out or Path(tempfile.mkdtemp(prefix="baton-demo-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    for ours in ("github", "redis", "keys", "receipts"):  # a fresh world every run, also in a reused --out
+    for ours in FRESH:  # a fresh world every run, also in a reused --out
         shutil.rmtree(work / ours, ignore_errors=True)
     outcomes: list[Outcome] = []
     with contextlib.ExitStack() as stack:
@@ -832,8 +832,33 @@ def _print(outcomes: list[Outcome], seconds: float, work: Path) -> None:
     print(f"\n{passed}/{len(outcomes)} scenarios as expected in {seconds:.1f}s; files in {work}")
 
 
+#: The folders the demo empties and remakes in DIR on every run.
+FRESH = ("github", "redis", "keys", "receipts")
+
+
+def out_dir(value: str) -> Path:
+    """``--out``'s type: a path the demo can use as its folder, checked before anything starts, so
+    a file in the way is argparse's usage error (exit 2) rather than a traceback halfway through."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{value} exists and is not a directory: name a new or existing directory, or move the file"
+        )
+    for ours in FRESH:
+        inside = path / ours
+        if inside.exists() and not inside.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{inside} is not a directory, and the demo remakes that folder on every run: "
+                "move the file, or pass another --out"
+            )
+    return path
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="play Baton end to end against a local GitHub emulator (no network)")
-    p.add_argument("--out", type=Path, help="also write summary.json, checks.json, comments.json and "
-                   "github-requests.jsonl here")  # fmt: skip
+    p.add_argument("--out", type=out_dir, metavar="DIR",
+                   help="work in DIR (created if missing, reusable: its github/, redis/, keys/ and receipts/ "
+                   "are remade each run) and leave summary.json, checks.json, comments.json, "
+                   "github-requests.jsonl, receipts/ and baton.log there; "
+                   "default: a new temporary folder")  # fmt: skip
     p.set_defaults(handler=lambda args: run(args.out))

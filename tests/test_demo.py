@@ -90,3 +90,21 @@ def _every_receipt_is_accepted_by_independent_verifiers(out: Path, checks: list[
             json_format.Parse(json.dumps(found["predicate"]), test_result_pb2.TestResult())
     checkpoint = json.loads((out / "checkpoint.json").read_text())
     assert checkpoint["treeSize"] >= len(envelopes)
+
+
+def test_demo_out_over_a_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    """`--out` that names a file, or a directory holding a file where the demo writes a folder of its
+    own, is the user's mistake: argparse's usage error (exit 2), not a FileExistsError traceback."""
+    (tmp_path / "taken").write_text("mine\n")
+    (tmp_path / "reused").mkdir()
+    (tmp_path / "reused" / "keys").write_text("not a folder\n")
+    for out, named in (("taken", "taken"), ("reused", "keys")):
+        done = subprocess.run(
+            [sys.executable, "-m", "baton", "demo", "--out", out],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "usage: baton demo" in done.stderr
+        assert named in done.stderr
+        assert "not a directory" in done.stderr
