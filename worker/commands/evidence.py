@@ -1,6 +1,7 @@
 """`baton audit verify|head|export` and `baton replay`: the operator's checks on what Baton recorded.
 
-Both read Redis (``REDIS_URL``) and never write to what they check: verifying the audit
+Both find Redis as `baton worker` does (``REDIS_URL``, also from ``./.env``, else the embedded
+server a running `baton serve` started) and never write to what they check: verifying the audit
 chain does not seal pending events, and replay decides again in memory. The audit chain is
 MACed, so checking it needs ``BATON_AUDIT_SECRET``; replay compares the signed receipt's
 bytes too, with the key from ``BATON_SIGNING_KEY`` (or ``--key`` for a public key).
@@ -15,13 +16,14 @@ Exit codes: 0 all good, 1 something does not match (named on stderr), 2 usage or
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import orjson
 import redis
 
-from baton import settings
+from baton import envfile, redis_server, settings
 from baton.errors import ConfigError
 from evidence.audit import AuditChain, derive_key, installations
 from evidence.errors import EvidenceError
@@ -73,15 +75,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     again.set_defaults(handler=replay_command)
 
 
+def _settings() -> settings.Settings:
+    """The settings as every other command reads them: ``./.env`` under the environment."""
+    envfile.load_into(os.environ, Path.cwd() / envfile.ENV_NAME)
+    return settings.load()
+
+
 def _client() -> redis.Redis:
-    url = settings.load().redis_url
-    if url is None:
-        raise ConfigError("no-redis", "set REDIS_URL to the Redis that `baton worker` uses")
+    url = _settings().redis_url or redis_server.discover()  # as `baton worker` finds it
     return redis.Redis.from_url(url, socket_timeout=10)
 
 
 def _secret() -> bytes:
-    secret = settings.load().audit_secret
+    secret = _settings().audit_secret
     if secret is None:
         raise ConfigError("no-audit-secret", "set BATON_AUDIT_SECRET: the chain's MACs are keyed with it")
     return secret
@@ -157,7 +163,7 @@ def _replay_keys(paths: list[str] | None) -> dict[str, PublicKey] | None:
         for path in paths:
             found.update(read_keys(Path(path).read_text(), path))
         return found
-    key = settings.load().signing_key
+    key = _settings().signing_key
     return keyring([key.public]) if key is not None else None
 
 
