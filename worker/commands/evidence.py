@@ -31,7 +31,21 @@ from evidence.keys import PublicKey, keyring, read_keys
 from worker import replay
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-SIGNED = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}
+#: Said once when signed bytes were compared but no key checked the signature over them.
+UNCHECKED = (
+    "baton replay: no signature was checked (the signed bytes were only compared): pass --key "
+    "baton-signing-key.pub.pem (the public key, from /.well-known/baton/keys) or set "
+    "BATON_SIGNING_KEY_PATH to check it"
+)
+
+
+def signed_text(r: replay.Replayed) -> str:
+    """What a replayed decision's signed bytes showed, never claiming a signature no key checked."""
+    if r.signed is None:
+        return "not signed"
+    if r.signed is False:
+        return "SIGNED BYTES DIFFER"
+    return "signed bytes identical, signature " + ("verified" if r.signature_checked else "NOT checked")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +84,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     which = again.add_mutually_exclusive_group(required=True)
     which.add_argument("task_id", metavar="TASK_ID", nargs="?")
     which.add_argument("--all", action="store_true", help="every task with a recorded decision")
-    again.add_argument("--key", action="append", metavar="PUB", help="public key(s) to check the receipt")
+    again.add_argument(
+        "--key",
+        action="append",
+        metavar="PUB",
+        help="public key file(s) to check the signature over the receipt's bytes (repeatable); "
+        "default: the public half of BATON_SIGNING_KEY(_PATH); with neither, the signed bytes are "
+        "only compared, and replay says no signature was checked",
+    )
     again.add_argument("--json", action="store_true", help="print the results as JSON")
     again.set_defaults(handler=replay_command)
 
@@ -187,9 +208,8 @@ def replay_command(args: argparse.Namespace) -> int:
         return EXIT_OK if ok else EXIT_MISMATCH
     for task, found in results.items():
         for r in found:
-            signed = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}[
-                r.signed
-            ]
             verdict = "identical" if r.match else f"DIFFERENT ({r.problem or 'the decision changed'})"
-            print(f"{task} {r.where}: {verdict}; {signed}; recorded sha256:{r.recorded_sha256[:16]}…")
+            print(f"{task} {r.where}: {verdict}; {signed_text(r)}; recorded sha256:{r.recorded_sha256[:16]}…")
+    if any(r.signed is not None and not r.signature_checked for found in results.values() for r in found):
+        print(UNCHECKED, file=sys.stderr)
     return EXIT_OK if ok else EXIT_MISMATCH
