@@ -21,7 +21,7 @@ from pathlib import Path
 from evidence import checkpoint
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, SigningKey, read_keys
-from evidence.verify import Verified, split, verify_consistency_docs, verify_receipt
+from evidence.verify import DOWNLOAD_HINT, Verified, split, verify_consistency_docs, verify_receipt
 
 PRIVATE_NAME = "baton-signing-key.pem"
 PUBLIC_NAME = "baton-signing-key.pub.pem"
@@ -131,7 +131,7 @@ def verify_command(args: argparse.Namespace) -> int:
         if args.no_log and (args.proof or args.checkpoint):
             raise Usage("--no-log checks the signature only: drop --proof/--checkpoint, or drop --no-log")
         keys = _read_keyring(args.key)
-        document = _read_json(args.receipt)
+        document = _read_json(args.receipt, receipt=True)
         proof = _read_json(args.proof) if args.proof else None
         trusted = _read_json(args.checkpoint) if args.checkpoint else None
     except Usage as exc:
@@ -239,7 +239,8 @@ def _read_keyring(paths: Sequence[str]) -> dict[str, PublicKey]:
     return keys
 
 
-def _read_json(path: str) -> object:
+def _read_json(path: str, *, receipt: bool = False) -> object:
+    """``path``'s JSON; for a ``receipt``, a page or an empty file (a failed download) says so."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -247,7 +248,9 @@ def _read_json(path: str) -> object:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise Usage(f"{path} is not valid JSON ({exc})") from exc
+        looks_like_a_page = text.lstrip()[:1] == "<" or not text.strip()
+        hint = f"; {DOWNLOAD_HINT}" if receipt and looks_like_a_page else ""
+        raise Usage(f"{path} is not valid JSON ({exc}){hint}") from exc
 
 
 def _mapping(value: object, path: str) -> Mapping[str, object]:
