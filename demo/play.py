@@ -855,7 +855,13 @@ def out_dir(value: str) -> Path:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="play Baton end to end against a local GitHub emulator (no network)")
+    p = sub.add_parser(
+        "demo",
+        help="play Baton end to end against a local GitHub emulator (no network)",
+        description="Start an embedded Redis, the GitHub emulator, a model stand-in and `baton serve "
+        "--worker`, play every scenario against them and print one line each. Exit 0 when every "
+        "scenario went as expected, 1 otherwise, 2 usage.",
+    )
     p.add_argument("--out", type=out_dir, metavar="DIR",
                    help="work in DIR (created if missing, reusable: its github/, redis/, keys/ and receipts/ "
                    "are remade each run) and leave summary.json, checks.json, comments.json, "

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from baton.cli import build_parser
 
 
 @pytest.mark.parametrize(
@@ -32,3 +36,28 @@ def test_a_reader_that_closes_early_ends_baton_quietly(tmp_path: Path, args: tup
     assert done.stderr == ""
     # argparse's own help swallows the error (exit 0); what a command prints ends in 141.
     assert done.returncode == (0 if "--help" in args else 141)
+
+
+def _parsers(
+    parser: argparse.ArgumentParser, name: str = "baton"
+) -> Iterator[tuple[str, argparse.ArgumentParser, argparse.Action]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, child in action.choices.items():
+                yield from _parsers(child, f"{name} {sub}")
+        yield name, parser, action
+
+
+def test_every_commands_help_describes_each_of_its_flags() -> None:
+    """`baton CMD --help` is where a newcomer looks first: every flag, argument and subcommand says
+    what it is for, and every command says what it does."""
+    undescribed = []
+    for name, parser, action in _parsers(build_parser()):
+        if isinstance(action, argparse._SubParsersAction):
+            undescribed += [f"{name} {c.dest}" for c in action._choices_actions if not c.help]
+        elif not action.help:
+            undescribed.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+        leaf = not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+        if name != "baton" and leaf and not parser.description:
+            undescribed.append(f"{name}: no description")
+    assert sorted(set(undescribed)) == []

@@ -69,8 +69,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     head.add_argument("--installation", type=int, metavar="ID", help="only this installation")
     head.set_defaults(handler=audit_head_command)
-    export = actions.add_parser("export", help="write an installation's sealed chain as JSONL")
-    export.add_argument("--installation", type=int, metavar="ID", required=True)
+    export = actions.add_parser(
+        "export",
+        help="write an installation's sealed chain as JSONL",
+        description="Write one installation's sealed audit entries as JSON lines, oldest first, to "
+        "stdout or a new --out FILE (never overwritten). Needs BATON_AUDIT_SECRET.",
+    )
+    export.add_argument(
+        "--installation",
+        type=int,
+        metavar="ID",
+        required=True,
+        help="the installation whose chain to write (`baton audit verify` lists them)",
+    )
     export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     export.set_defaults(handler=audit_export_command)
 
@@ -82,7 +93,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "bytes. Exit 0 identical, 1 different or not replayable, 2 usage.",
     )
     which = again.add_mutually_exclusive_group(required=True)
-    which.add_argument("task_id", metavar="TASK_ID", nargs="?")
+    which.add_argument(
+        "task_id",
+        metavar="TASK_ID",
+        nargs="?",
+        help="the task (its delivery id, as on the status comment and page)",
+    )
     which.add_argument("--all", action="store_true", help="every task with a recorded decision")
     again.add_argument(
         "--key",
