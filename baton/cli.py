@@ -8,6 +8,7 @@ Baton raises on purpose are caught here, once, and printed as one line.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -53,7 +54,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a command whose reader went away (``baton ... | head``): 128 + SIGPIPE, what a
+#: shell reports for a program SIGPIPE ended, as well-behaved CLIs exit.
+BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at shutdown, where a closed pipe prints "Exception ignored"
+    except BrokenPipeError:
+        # Python's documented recipe: the reader has gone, so whatever is still buffered goes to
+        # devnull (the interpreter flushes stdout once more as it exits), and baton ends quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -33,10 +33,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from baton import envfile
+from baton.github_web import LOGIN, new_app_url, origin, web_base
 from baton.logs import timestamp
 from baton.settings import Settings
 from bot import manifest
-from bot.github_web import LOGIN, new_app_url, origin, web_base
 from bot.html_page import esc, page
 from evidence.keys import SigningKey
 

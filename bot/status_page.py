@@ -42,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from baton import queues, records
+from baton.github_web import check_run_url, issue_url, web_base
 from baton.settings import Settings
-from bot.github_web import check_run_url, issue_url, web_base
 from bot.html_page import esc, page
 
 #: How many tasks the page lists, newest first.

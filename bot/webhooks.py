@@ -22,8 +22,10 @@ from bot.metrics import Metrics
 from bot.routing import Ignored, PayloadError, task_for
 from bot.types import Receive, Scope, Send
 
-#: GitHub's delivery ids are GUIDs; RQ job ids allow letters, digits, '-' and '_'.
-DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+#: GitHub's delivery ids are GUIDs, 8-4-4-4-12 hex digits (its docs' example:
+#: 72d3162e-cc78-11e3-81ab-4c9367dc0958); anything else did not come from GitHub. A GUID is also a
+#: safe RQ job id and Redis key (letters, digits and '-' only).
+DELIVERY_ID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 
 _SIGNATURE = b"x-hub-signature-256"
 _EVENT = b"x-github-event"
@@ -145,7 +147,10 @@ class WebhookEndpoint:
             return _error(400, "missing-delivery", "X-GitHub-Delivery header is required"), None
         if not DELIVERY_ID.fullmatch(delivery):
             return _error(
-                400, "bad-delivery-id", "X-GitHub-Delivery must be a GUID (letters, digits, dashes)"
+                400,
+                "bad-delivery-id",
+                "X-GitHub-Delivery must be a GUID as GitHub sends (8-4-4-4-12 hex digits, e.g. "
+                "72d3162e-cc78-11e3-81ab-4c9367dc0958); a replayed or hand-made delivery needs one too",
             ), None
         if event == "ping":
             return Answer(200, "ping", {"status": "pong"}), None

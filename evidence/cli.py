@@ -21,7 +21,7 @@ from pathlib import Path
 from evidence import checkpoint
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, SigningKey, read_keys
-from evidence.verify import Verified, split, verify_consistency_docs, verify_receipt
+from evidence.verify import DOWNLOAD_HINT, Verified, split, verify_consistency_docs, verify_receipt
 
 PRIVATE_NAME = "baton-signing-key.pem"
 PUBLIC_NAME = "baton-signing-key.pub.pem"
@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "verify",
         help="verify a receipt offline",
         description="Verify a Baton receipt (the bundle from a check run's details URL, or a bare DSSE "
-        "envelope) with the signer's public key: signature, in-toto statement, commit and log inclusion.",
+        "envelope) with the signer's public key: signature, in-toto statement, commit and log inclusion. "
+        "Exit 0 valid, 1 invalid (`invalid: CODE: why` on stderr), 2 a file that cannot be read or parsed.",
     )
     verify.add_argument("receipt", metavar="RECEIPT.json", help="a receipt bundle or a DSSE envelope")
     _key_flag(verify)
@@ -61,10 +62,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "verify",
         help="check that a newer checkpoint extends an older one",
         description="Check that the log of checkpoint --to is the log of checkpoint --from with entries "
-        "appended, nothing changed or removed (RFC 9162 consistency).",
+        "appended, nothing changed or removed (RFC 9162 consistency). Exit 0 consistent, 1 not, 2 usage.",
     )
-    consistency.add_argument("--from", dest="old", required=True, metavar="CHECKPOINT.json")
-    consistency.add_argument("--to", dest="new", required=True, metavar="CHECKPOINT.json")
+    consistency.add_argument(
+        "--from",
+        dest="old",
+        required=True,
+        metavar="CHECKPOINT.json",
+        help="the older checkpoint you kept (e.g. a receipt's logEntry.checkpoint)",
+    )
+    consistency.add_argument(
+        "--to",
+        dest="new",
+        required=True,
+        metavar="CHECKPOINT.json",
+        help="the newer checkpoint (e.g. what the log's /checkpoint serves now)",
+    )
     _key_flag(consistency)
     source = consistency.add_mutually_exclusive_group()
     source.add_argument("--proof", metavar="FILE", help="the JSON served by the log's proof/consistency")
@@ -84,7 +97,12 @@ def _register_keys(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         description=f"Write DIR/{PRIVATE_NAME} (mode 0600) and DIR/{PUBLIC_NAME}; without --out, "
         "print the private key to stdout.",
     )
-    generate.add_argument("--algorithm", choices=("ed25519", "ecdsa-p256"), default="ed25519")
+    generate.add_argument(
+        "--algorithm",
+        choices=("ed25519", "ecdsa-p256"),
+        default="ed25519",
+        help="the key's algorithm (default: ed25519)",
+    )
     generate.add_argument("--out", metavar="DIR", type=Path, help="directory to write the key pair to")
     generate.set_defaults(handler=keys_generate_command)
 
@@ -131,7 +149,7 @@ def verify_command(args: argparse.Namespace) -> int:
         if args.no_log and (args.proof or args.checkpoint):
             raise Usage("--no-log checks the signature only: drop --proof/--checkpoint, or drop --no-log")
         keys = _read_keyring(args.key)
-        document = _read_json(args.receipt)
+        document = _read_json(args.receipt, receipt=True)
         proof = _read_json(args.proof) if args.proof else None
         trusted = _read_json(args.checkpoint) if args.checkpoint else None
     except Usage as exc:
@@ -239,7 +257,8 @@ def _read_keyring(paths: Sequence[str]) -> dict[str, PublicKey]:
     return keys
 
 
-def _read_json(path: str) -> object:
+def _read_json(path: str, *, receipt: bool = False) -> object:
+    """``path``'s JSON; for a ``receipt``, a page or an empty file (a failed download) says so."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -247,7 +266,9 @@ def _read_json(path: str) -> object:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise Usage(f"{path} is not valid JSON ({exc})") from exc
+        looks_like_a_page = text.lstrip()[:1] == "<" or not text.strip()
+        hint = f"; {DOWNLOAD_HINT}" if receipt and looks_like_a_page else ""
+        raise Usage(f"{path} is not valid JSON ({exc}){hint}") from exc
 
 
 def _mapping(value: object, path: str) -> Mapping[str, object]:

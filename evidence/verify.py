@@ -49,15 +49,32 @@ def entry_bytes(envelope: Mapping[str, object]) -> bytes:
     return canonical_json(envelope)
 
 
+#: What a saved error page most likely means: `curl -s` saves the 403 Baton answers a receipt link
+#: without its key (or a proxy's page) as if it were the receipt.
+DOWNLOAD_HINT = (
+    "this is not a DSSE envelope: if you downloaded it, the link's key may be missing (HTTP 403); "
+    "download the check run's Details link whole, ?key= included, with `curl -fsS` so an error "
+    "is not saved as the receipt"
+)
+
+
+def error_body(document: Mapping[str, object]) -> str | None:
+    """What an HTTP error body says (``{"error": ...}`` or ``{"message": ...}``), else None."""
+    said = document.get("error", document.get("message"))
+    return str(said)[:200] if isinstance(said, str | int) and "payload" not in document else None
+
+
 def split(document: Mapping[str, object]) -> tuple[Mapping[str, object], Mapping[str, object] | None]:
     """(envelope, logEntry or None) from a bare envelope or a receipt bundle."""
     if not isinstance(document, Mapping):
         raise EvidenceError("malformed-envelope", "the receipt is not a JSON object")
     if "dsseEnvelope" not in document:
         if "payload" not in document:
+            said = error_body(document)
             raise EvidenceError(
                 "malformed-envelope",
-                "the receipt has neither dsseEnvelope (a bundle) nor payload (an envelope)",
+                "the receipt has neither dsseEnvelope (a bundle) nor payload (an envelope)"
+                + ("" if said is None else f"; it is an error body ({said!r}): {DOWNLOAD_HINT}"),
             )
         return document, None
     if document.get("mediaType", BUNDLE_MEDIA_TYPE) != BUNDLE_MEDIA_TYPE:

@@ -143,6 +143,35 @@ def test_serve_and_worker_as_separate_processes_on_redis_url(
         assert _stop(serve) == 0, _output(serve)
 
 
+def test_worker_burst_without_queues_drains_every_queue_and_exits(
+    tmp_path: Path, port: int, redis_url: str, evidence_keys: EvidenceKeys
+) -> None:
+    """`baton worker --burst` alone: burst means exit once the queues it serves (all of them) are
+    empty, also when a task it ran queued another; it never runs forever."""
+    env = _env(tmp_path, evidence_keys, WEBHOOK_SECRET=SECRET.decode(), PORT=str(port), REDIS_URL=redis_url)
+    serve = _baton("serve", env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, serve)
+        client = redis.Redis.from_url(redis_url)
+        body = json.dumps(labeled()).encode()
+        delivery = str(uuid.uuid4())
+        headers = delivery_headers(body, "issues", delivery)
+        assert httpx.post(base + WEBHOOK_PATH, content=body, headers=headers, timeout=5).status_code == 202
+        burst = _baton("worker", "--burst", env=env)
+        try:
+            assert burst.wait(timeout=60) == 0, _output(burst)
+        finally:
+            _stop(burst)
+        assert lifecycle.current(client, delivery) in lifecycle.TERMINAL
+        assert all(
+            client.llen(f"rq:queue:{q}") == 0 for q in ("baton-agents", "baton-gates", "baton-control")
+        )
+        client.close()
+    finally:
+        assert _stop(serve) == 0, _output(serve)
+
+
 def test_serve_without_secret_starts_in_setup_mode(tmp_path: Path, port: int) -> None:
     """Setup mode needs no signing key either: nothing is accepted, so nothing is signed."""
     serve = _baton("serve", env=_env(tmp_path, None, PORT=str(port)))

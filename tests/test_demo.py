@@ -17,7 +17,7 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from demo import play as demo
+from demo import harness, scenarios
 from evidence import statement
 from evidence.keys import PublicKey
 
@@ -35,7 +35,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    count = len(demo.SCENARIOS) + len(demo.PULL_SCENARIOS) + 3  # and the three played last
+    count = len(scenarios.SCENARIOS) + len(scenarios.PULL_SCENARIOS) + 3  # and the three played last
     assert f"{count}/{count} scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
@@ -43,7 +43,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
     # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
     [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]
-    assert ("skipped" in claude["observed"]) == (demo.find_claude() is None)
+    assert ("skipped" in claude["observed"]) == (harness.find_claude() is None)
 
     checks = json.loads((out / "checks.json").read_text())
     concluded = {(c["name"], c["conclusion"]) for c in checks}
@@ -90,3 +90,21 @@ def _every_receipt_is_accepted_by_independent_verifiers(out: Path, checks: list[
             json_format.Parse(json.dumps(found["predicate"]), test_result_pb2.TestResult())
     checkpoint = json.loads((out / "checkpoint.json").read_text())
     assert checkpoint["treeSize"] >= len(envelopes)
+
+
+def test_demo_out_over_a_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    """`--out` that names a file, or a directory holding a file where the demo writes a folder of its
+    own, is the user's mistake: argparse's usage error (exit 2), not a FileExistsError traceback."""
+    (tmp_path / "taken").write_text("mine\n")
+    (tmp_path / "reused").mkdir()
+    (tmp_path / "reused" / "keys").write_text("not a folder\n")
+    for out, named in (("taken", "taken"), ("reused", "keys")):
+        done = subprocess.run(
+            [sys.executable, "-m", "baton", "demo", "--out", out],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "usage: baton demo" in done.stderr
+        assert named in done.stderr
+        assert "not a directory" in done.stderr

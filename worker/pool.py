@@ -31,6 +31,9 @@ from worker.rqworker import BatonWorker, InProcessWorker
 log = logging.getLogger("baton.worker")
 
 SHORT_QUEUES = (queues.GATES.name, queues.CONTROL.name)
+#: What `baton worker --burst` alone serves, in the order one worker looks at them after each job:
+#: admission first, so a task that queues another (a label admits an agent run) is drained too.
+BURST_QUEUES = (queues.CONTROL.name, queues.GATES.name, queues.AGENTS.name)
 STOP_GRACE_S = 30.0
 
 

@@ -13,6 +13,7 @@ record was altered): exactly what a reviewer needs to know.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -74,6 +75,8 @@ class Replayed:
     match: bool
     signed: bool | None  # None: not signed; else whether the signed bytes match too
     problem: str | None = None
+    #: Whether a key checked the signature over the signed bytes; without one they are only compared.
+    signature_checked: bool = False
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +92,8 @@ def replay(client: redis.Redis, task_id: str, keys: Mapping[str, PublicKey] | No
     raw = client.get(admit.RECORD_PREFIX + task_id)
     if raw and (orjson.loads(raw).get("decision") or {}).get("facts"):
         signed = _signed_decision(client, task_id, keys)
-        found.append(_again("run", orjson.loads(raw)["decision"], client, signed))
+        again = _again("run", orjson.loads(raw)["decision"], client, signed)
+        found.append(dataclasses.replace(again, signature_checked=keys is not None and signed is not None))
     return found
 
 

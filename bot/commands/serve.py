@@ -53,7 +53,15 @@ class _Server(uvicorn.Server):
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help=f"receive GitHub webhooks at POST {WEBHOOK_PATH}")
+    p = sub.add_parser(
+        "serve",
+        help=f"receive GitHub webhooks at POST {WEBHOOK_PATH}",
+        description=f"Receive GitHub's webhooks at POST {WEBHOOK_PATH}, queue each as a task, and serve "
+        "the status page and the evidence (keys, log, receipts). Settings come from the environment, "
+        f"then ./{envfile.ENV_NAME}. Without APP_ID/PRIVATE_KEY it starts in setup mode and prints a "
+        "link to register the App; without REDIS_URL it runs an embedded Redis that `baton worker`, "
+        "`baton doctor`, `baton audit` and `baton replay` on this machine find.",
+    )
     p.add_argument(
         "--worker",
         action="store_true",

@@ -13,9 +13,9 @@ import jwt
 import pytest
 
 from baton import envfile, settings
+from baton.github_web import web_base
 from baton.settings import Settings
 from bot.app import WEBHOOK_PATH, create_app
-from bot.github_web import web_base
 from bot.manifest import DEFAULT_MANIFEST, PendingStates, load
 from emulator import EmulatorServer
 from emulator.admin.client import AdminClient

@@ -143,6 +143,37 @@ def test_bad_headers_are_refused_and_store_nothing(
 
 
 @pytest.mark.parametrize(
+    "delivery",
+    [
+        "d-1",  # letters, digits and dashes, but no GUID
+        "another-id",
+        "72d3162ecc7811e381ab4c9367dc0958",  # GitHub's GUID without its dashes
+        "72d3162e-cc78-11e3-81ab-4c9367dc095",  # one digit short
+        "{72d3162e-cc78-11e3-81ab-4c9367dc0958}",
+        "72d3162g-cc78-11e3-81ab-4c9367dc0958",  # not hex
+    ],
+)
+def test_a_delivery_id_that_is_not_a_guid_is_400_and_stores_nothing(
+    client: TestClient, rdb: redis.Redis, delivery: str
+) -> None:
+    """GitHub's X-GitHub-Delivery is a GUID (its docs' example: 72d3162e-cc78-11e3-81ab-4c9367dc0958);
+    anything else did not come from GitHub, and the README's table answers it 400."""
+    body = json.dumps(labeled()).encode()
+    r = _raw(client, body, delivery_headers(body, "issues", delivery=delivery))
+    assert (r.status_code, r.json()["error"]) == (400, "bad-delivery-id")
+    assert "GUID" in r.json()["message"]
+    assert rdb.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    "delivery", ["72d3162e-cc78-11e3-81ab-4c9367dc0958", "72D3162E-CC78-11E3-81AB-4C9367DC0958"]
+)
+def test_githubs_guid_is_a_delivery_id(client: TestClient, rdb: redis.Redis, delivery: str) -> None:
+    r = post(client, labeled(), delivery=delivery)
+    assert (r.status_code, r.json()["task_id"]) == (202, delivery)
+
+
+@pytest.mark.parametrize(
     ("body", "code"),
     [
         (b"not json", "bad-json"),

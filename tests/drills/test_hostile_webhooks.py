@@ -239,18 +239,19 @@ def deliveries(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], bytes, bool]
 
 def _headers(body: bytes, event: bytes = b"issues", delivery: bytes | None = None,
              signature: bytes | None = None) -> list[tuple[bytes, bytes]]:  # fmt: skip
-    delivery = delivery or b"d-" + hashlib.sha256(body).hexdigest().encode()[:32]
+    delivery = delivery or str(uuid.UUID(hashlib.sha256(body).hexdigest()[:32])).encode()  # a GUID, as GitHub
     return [(b"X-GitHub-Event", event), (b"X-GitHub-Delivery", delivery),
             (b"X-Hub-Signature-256", signature or sign(SECRET, body).encode())]  # fmt: skip
 
 
+_ANOTHER_ID = b"72d3162e-cc78-11e3-81ab-4c9367dc0958"  # GitHub's docs' example GUID
 _STORED = json.dumps({**LABELED, "drill": "stored before the fuzz"}).encode()
 _QUEUED = json.dumps({**LABELED, "drill": "explicit"}).encode()
 #: One delivery per answer the endpoint can give, always sent first (Hypothesis' ``example``), so every
 #: branch is reached whatever the random draws are: (headers, body, chunked).
 EXPLICIT = [
     (_headers(_QUEUED), _QUEUED, False),  # queued
-    (_headers(_STORED, delivery=b"another-id"), _STORED, False),  # duplicate: a stored body again
+    (_headers(_STORED, delivery=_ANOTHER_ID), _STORED, False),  # duplicate: a stored body again
     (_headers(b'{"zen": "z"}', b"ping"), b'{"zen": "z"}', False),  # ping
     (_headers(b'{"action": "created"}', b"star"), b'{"action": "created"}', False),  # ignored
     (_headers(_QUEUED, signature=b"sha256=" + b"0" * 64), _QUEUED, False),  # invalid-signature

@@ -181,6 +181,21 @@ def test_installations() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("api", "link"),
+    [
+        ("https://api.github.com", "https://github.com/apps/baton"),
+        ("https://ghe.example.com/api/v3", "https://ghe.example.com/apps/baton"),  # Enterprise Server
+        ("http://127.0.0.1:8123", "http://127.0.0.1:8123/apps/baton"),  # the emulator: web beside API
+    ],
+)
+def test_the_install_link_is_on_the_configured_githubs_web(api: str, link: str) -> None:
+    """`baton doctor` sends an admin to install the App on the GitHub GITHUB_API_URL names."""
+    none = judge.github_installations(judge.GitHubFacts(api, app=APP, installations=()), MANIFEST)
+    assert none.fix is not None
+    assert f"({link})" in none.fix
+
+
 def test_secrets_and_keys() -> None:
     assert judge.webhook_secret(0).status is FAIL
     assert "rotating" in judge.webhook_secret(2).detail

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from baton.github_web import app_install_url, web_base
 from baton.settings import KNOWN, is_loopback, redact_url
 from worker.runner.probe import Probe
 
@@ -355,7 +356,8 @@ def github_installations(facts: GitHubFacts, manifest: Manifest | None) -> Check
             name,
             Status.WARN,
             "the App is installed nowhere: no webhook will arrive",
-            f"install it on an organisation or repository (https://github.com/apps/{slug})",
+            "install it on an organisation or repository "
+            f"({app_install_url(web_base(facts.api_url), str(slug))})",
         )
     accounts = [_account(i) for i in found]
     listed = ", ".join(accounts[:5]) + (f" and {len(accounts) - 5} more" if len(accounts) > 5 else "")

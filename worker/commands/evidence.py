@@ -1,6 +1,7 @@
 """`baton audit verify|head|export` and `baton replay`: the operator's checks on what Baton recorded.
 
-Both read Redis (``REDIS_URL``) and never write to what they check: verifying the audit
+Both find Redis as `baton worker` does (``REDIS_URL``, also from ``./.env``, else the embedded
+server a running `baton serve` started) and never write to what they check: verifying the audit
 chain does not seal pending events, and replay decides again in memory. The audit chain is
 MACed, so checking it needs ``BATON_AUDIT_SECRET``; replay compares the signed receipt's
 bytes too, with the key from ``BATON_SIGNING_KEY`` (or ``--key`` for a public key).
@@ -15,13 +16,14 @@ Exit codes: 0 all good, 1 something does not match (named on stderr), 2 usage or
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import orjson
 import redis
 
-from baton import settings
+from baton import envfile, redis_server, settings
 from baton.errors import ConfigError
 from evidence.audit import AuditChain, derive_key, installations
 from evidence.errors import EvidenceError
@@ -29,7 +31,21 @@ from evidence.keys import PublicKey, keyring, read_keys
 from worker import replay
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-SIGNED = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}
+#: Said once when signed bytes were compared but no key checked the signature over them.
+UNCHECKED = (
+    "baton replay: no signature was checked (the signed bytes were only compared): pass --key "
+    "baton-signing-key.pub.pem (the public key, from /.well-known/baton/keys) or set "
+    "BATON_SIGNING_KEY_PATH to check it"
+)
+
+
+def signed_text(r: replay.Replayed) -> str:
+    """What a replayed decision's signed bytes showed, never claiming a signature no key checked."""
+    if r.signed is None:
+        return "not signed"
+    if r.signed is False:
+        return "SIGNED BYTES DIFFER"
+    return "signed bytes identical, signature " + ("verified" if r.signature_checked else "NOT checked")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,8 +69,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     head.add_argument("--installation", type=int, metavar="ID", help="only this installation")
     head.set_defaults(handler=audit_head_command)
-    export = actions.add_parser("export", help="write an installation's sealed chain as JSONL")
-    export.add_argument("--installation", type=int, metavar="ID", required=True)
+    export = actions.add_parser(
+        "export",
+        help="write an installation's sealed chain as JSONL",
+        description="Write one installation's sealed audit entries as JSON lines, oldest first, to "
+        "stdout or a new --out FILE (never overwritten). Needs BATON_AUDIT_SECRET.",
+    )
+    export.add_argument(
+        "--installation",
+        type=int,
+        metavar="ID",
+        required=True,
+        help="the installation whose chain to write (`baton audit verify` lists them)",
+    )
     export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     export.set_defaults(handler=audit_export_command)
 
@@ -66,22 +93,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "bytes. Exit 0 identical, 1 different or not replayable, 2 usage.",
     )
     which = again.add_mutually_exclusive_group(required=True)
-    which.add_argument("task_id", metavar="TASK_ID", nargs="?")
+    which.add_argument(
+        "task_id",
+        metavar="TASK_ID",
+        nargs="?",
+        help="the task (its delivery id, as on the status comment and page)",
+    )
     which.add_argument("--all", action="store_true", help="every task with a recorded decision")
-    again.add_argument("--key", action="append", metavar="PUB", help="public key(s) to check the receipt")
+    again.add_argument(
+        "--key",
+        action="append",
+        metavar="PUB",
+        help="public key file(s) to check the signature over the receipt's bytes (repeatable); "
+        "default: the public half of BATON_SIGNING_KEY(_PATH); with neither, the signed bytes are "
+        "only compared, and replay says no signature was checked",
+    )
     again.add_argument("--json", action="store_true", help="print the results as JSON")
     again.set_defaults(handler=replay_command)
 
 
+def _settings() -> settings.Settings:
+    """The settings as every other command reads them: ``./.env`` under the environment."""
+    envfile.load_into(os.environ, Path.cwd() / envfile.ENV_NAME)
+    return settings.load()
+
+
 def _client() -> redis.Redis:
-    url = settings.load().redis_url
-    if url is None:
-        raise ConfigError("no-redis", "set REDIS_URL to the Redis that `baton worker` uses")
+    url = _settings().redis_url or redis_server.discover()  # as `baton worker` finds it
     return redis.Redis.from_url(url, socket_timeout=10)
 
 
 def _secret() -> bytes:
-    secret = settings.load().audit_secret
+    secret = _settings().audit_secret
     if secret is None:
         raise ConfigError("no-audit-secret", "set BATON_AUDIT_SECRET: the chain's MACs are keyed with it")
     return secret
@@ -159,7 +202,7 @@ def _replay_keys(paths: list[str] | None) -> dict[str, PublicKey] | None:
         for path in paths:
             found.update(read_keys(Path(path).read_text(), path))
         return found
-    key = settings.load().signing_key
+    key = _settings().signing_key
     return keyring([key.public]) if key is not None else None
 
 
@@ -183,9 +226,8 @@ def replay_command(args: argparse.Namespace) -> int:
         return EXIT_OK if ok else EXIT_MISMATCH
     for task, found in results.items():
         for r in found:
-            signed = {None: "not signed", True: "signed bytes identical", False: "SIGNED BYTES DIFFER"}[
-                r.signed
-            ]
             verdict = "identical" if r.match else f"DIFFERENT ({r.problem or 'the decision changed'})"
-            print(f"{task} {r.where}: {verdict}; {signed}; recorded sha256:{r.recorded_sha256[:16]}…")
+            print(f"{task} {r.where}: {verdict}; {signed_text(r)}; recorded sha256:{r.recorded_sha256[:16]}…")
+    if any(r.signed is not None and not r.signature_checked for found in results.values() for r in found):
+        print(UNCHECKED, file=sys.stderr)
     return EXIT_OK if ok else EXIT_MISMATCH

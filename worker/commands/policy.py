@@ -33,7 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.add_argument("repo", nargs="?", metavar="REPO.yml", help="a repository's .github/baton.yml")
     check.add_argument("--json", action="store_true", help="print canonical JSON")
     check.set_defaults(handler=check_command)
-    schema = actions.add_parser("schema", help="print the JSON Schema of baton.yml")
+    schema = actions.add_parser(
+        "schema",
+        help="print the JSON Schema of baton.yml",
+        description="Print the JSON Schema (draft 2020-12) a baton.yml is checked against, for an "
+        "editor's completion; `baton policy check` also checks what a schema cannot say.",
+    )
     schema.set_defaults(handler=schema_command)
 
 

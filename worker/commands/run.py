@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "commit on a new branch baton/run-<id>. Exit 0 done or no changes, 3 denied, 4 violations, "
         "5 agent failed/missing/timed out, 6 cancelled, 1 bad input.",
     )
-    p.add_argument("--agent", required=True, metavar="NAME")
+    p.add_argument("--agent", required=True, metavar="NAME", help="agent name, as in the agent:<name> label")
     p.add_argument("--repo", required=True, metavar="PATH", help="a git repository (its HEAD is the base)")
     issue_help = "GitHub's issue JSON (title, body), or Markdown whose first line is the title"
     p.add_argument("--issue-file", required=True, metavar="FILE", help=issue_help)

@@ -16,10 +16,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "worker",
         help="run workers over Baton's queues (agents, gates, control)",
         description="Without --queues, starts one process for control tasks, one for merge gates and "
-        "BATON_AGENT_WORKERS processes for agent runs. With --queues, runs one worker here.",
+        "BATON_AGENT_WORKERS processes for agent runs, until stopped. With --queues, runs one worker "
+        "here. With --burst, one worker here drains its queues (all of them, without --queues) and "
+        "exits. Redis: REDIS_URL (also from ./.env), else the embedded one `baton serve` started.",
     )
-    p.add_argument("--queues", help="comma-separated queue names for a single worker in this process")
-    p.add_argument("--burst", action="store_true", help="with --queues: exit once the queues are empty")
+    p.add_argument(
+        "--queues",
+        metavar="NAMES",
+        help="comma-separated queue names (baton-control, baton-gates, baton-agents) for a single "
+        "worker in this process",
+    )
+    p.add_argument(
+        "--burst",
+        action="store_true",
+        help="exit once the queues served are empty (without --queues: one worker over every queue, "
+        "control first)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -33,4 +45,6 @@ def run(args: argparse.Namespace) -> int:
     url = config.redis_url or redis_server.discover()
     if args.queues:
         return pool.work(url, pool.parse_queues(args.queues), burst=args.burst)
+    if args.burst:  # burst is about the queues, not the pools: one worker drains them all, then exits
+        return pool.work(url, pool.BURST_QUEUES, burst=True)
     return pool.supervise(url, pool.default_pools(config.agent_workers), config.log_level)

@@ -46,8 +46,20 @@ def _at(node: Node | yaml.Event | yaml.Mark) -> tuple[int, int]:
     return (1, 1) if mark is None else (mark.line + 1, mark.column + 1)
 
 
+_CORE = "tag:yaml.org,2002:"
+
+
+def _shown(tag: str) -> str:
+    """A tag as a file would spell it: ``!!int`` for the core schema's, the rest as written."""
+    return "!!" + tag[len(_CORE) :] if tag.startswith(_CORE) else tag
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that stops at the first anchor, alias or over-deep node."""
+    """SafeLoader that stops at the first anchor, alias, explicit tag or over-deep node.
+
+    A tag is refused where it is written (the event still holds it; the node no longer says whether
+    its tag was written or resolved), whatever it names: ``!!int`` and ``!!map`` as much as
+    ``!!python/object``, so no tag can make a value anything its plain YAML would not be."""
 
     depth = 0
 
@@ -55,6 +67,13 @@ class _Loader(yaml.SafeLoader):
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise YamlProblem(*_at(event), "anchors and aliases (&, *) are not allowed; write the value out")
+        tag = getattr(event, "tag", None)
+        if isinstance(tag, str):
+            raise YamlProblem(
+                *_at(event),
+                f"explicit tag {_shown(tag)} is not allowed; remove it and write the plain value "
+                "(a policy file needs no tags; quote a value to make it a string)",
+            )
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise YamlProblem(*_at(event), f"nested deeper than {MAX_DEPTH} levels")

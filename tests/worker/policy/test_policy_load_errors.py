@@ -218,3 +218,32 @@ def test_any_input_either_parses_or_is_a_located_policy_error(data: str | bytes)
         return
     assert problems
     assert all(p.line >= 1 and p.col >= 1 for p in problems)
+
+
+#: Hostile and harmless-looking explicit tags alike: the reader refuses every one (docs/admins.md),
+#: so no tag can ever make a value something its plain YAML would not be. (text, line, col, tag shown)
+EXPLICIT_TAGS = [
+    ("version: !!int 1\n", 1, 10, "!!int"),
+    ("version: 1\nlimits: !!map {max_diff_lines: 10}\n", 2, 9, "!!map"),
+    ("version: 1\npaths: {protected: !!seq [a]}\n", 2, 20, "!!seq"),
+    ("version: 1\ntrigger: {min_permission: !!str write}\n", 2, 27, "!!str"),
+    ("version: 1\nlimits: {max_diff_lines: !!float 10}\n", 2, 26, "!!float"),
+    ("version: 1\ntrigger: {min_permission: ! write}\n", 2, 27, "!"),
+    ("version: 1\ntrigger: {min_permission: !custom write}\n", 2, 27, "!custom"),
+    ("version: 1\ntrigger: {min_permission: !<tag:yaml.org,2002:str> write}\n", 2, 27, "!!str"),
+    ("%TAG !e! tag:yaml.org,2002:\n---\nversion: !e!int 1\n", 3, 10, "!!int"),
+    ("version: 1\n!!str limits: {}\n", 2, 1, "!!str"),  # a key's tag too
+]
+
+
+@pytest.mark.parametrize(("text", "line", "col", "shown"), EXPLICIT_TAGS)
+def test_every_explicit_tag_is_refused_naming_file_line_and_fix(
+    text: str, line: int, col: int, shown: str
+) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse(text, "org/baton.yml")
+    first = caught.value.problems[0]
+    assert (first.file, first.line, first.col) == ("org/baton.yml", line, col), str(caught.value)
+    assert f"explicit tag {shown} is not allowed" in first.message
+    assert "remove it" in first.message
+    assert str(caught.value).startswith(f"org/baton.yml:{line}:{col}: ")

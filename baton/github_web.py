@@ -1,5 +1,6 @@
-"""GitHub's web pages, as opposed to its REST API: where the setup form posts, and what the
-status page links to.
+"""GitHub's web pages, as opposed to its REST API: where the setup form posts, what the status
+page links to, and where `baton doctor` sends an admin to install the App. Pure URL helpers, in the
+kernel because both the web process and the worker's commands name GitHub's pages.
 
 The web root is derived from ``GITHUB_API_URL``: ``https://api.github.com`` is served by
 ``https://github.com``, GitHub Enterprise Server's ``https://HOST/api/v3`` by ``https://HOST``, and
@@ -39,6 +40,11 @@ def new_app_url(web: str, org: str | None) -> str:
     if not LOGIN.fullmatch(org):
         raise ValueError(f"{org!r} is not a GitHub organisation name")
     return f"{web}/organizations/{quote(org)}/settings/apps/new"
+
+
+def app_install_url(web: str, slug: str) -> str:
+    """The App's public page, where an admin installs it: on github.com or an Enterprise Server."""
+    return f"{web}/apps/{quote(slug)}"
 
 
 def issue_url(web: str, full_name: str, number: int, *, pull: bool = False) -> str | None:
