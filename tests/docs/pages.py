@@ -66,18 +66,7 @@ def blocks(page: Path) -> list[Block]:
 
 def prose(page: Path) -> str:
     """``page`` without its fenced blocks and inline code, where a link is not a link."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    inside: str | None = None
-    kept: list[str] = []
-    for line in lines:
-        m = _FENCE.match(line)
-        if inside is None and m is not None:
-            inside = m.group(1)
-        elif inside is not None and _closes(line, inside):
-            inside = None
-        elif inside is None:
-            kept.append(re.sub(r"`[^`]*`", "``", line))
-    return "\n".join(kept)
+    return re.sub(r"`[^`\n]*`", "``", prose_with_code(page))
 
 
 def links(page: Path) -> list[str]:
