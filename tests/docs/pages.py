@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: The pages whose links and shell examples are checked: the front door and docs/.
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "emulator" / "README.md"]
-#: Fence info strings that mark a shell example (a ``console`` block is a transcript, shown, not run).
+#: Fence info strings that mark a shell example (a ``console`` block is a transcript: shown, not
+#: run; test_transcripts.py checks that its ``baton`` commands still parse).
 SHELL = {"sh", "bash", "shell"}
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([^\s`]*)")
 _MARKER = re.compile(r"^<!--\s*run:\s*(.*?)\s*-->$")
