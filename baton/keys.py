@@ -49,6 +49,14 @@ BOX_PROBES_KEY = "baton:box-probes"
 #: + repo id : issue number -> the task id whose run holds the issue; worker.runs.budget; 60 s lease
 #: while running, 6 h while queued.
 RUN_LOCK_PREFIX = "baton:run-lock:"
+
+
+def run_lock(repo_id: int, number: int) -> str:
+    """The run lock of issue ``number`` in repository ``repo_id``: one spelling for its three readers
+    (admission takes it, a cancel names its holder, the status comment yields to it)."""
+    return f"{RUN_LOCK_PREFIX}{repo_id}:{number}"
+
+
 #: + task id -> the run's record (JSON): evidence, a retry's push, provenance; worker.runs; 90 days.
 RUN_RECORD_PREFIX = "baton:run:"
 #: + scope key : YYYY-MM-DD -> a hash of the day's runs, agent_seconds, model_usd;

@@ -196,7 +196,7 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = NOT_LOOKED_UP
     stopping.request(
         ctx.redis, repo.id, task.number, stopping.Cancel(task.received_at, task.id, task.sender.login, how)
     )
-    holder = ctx.redis.get(f"{records.RUN_LOCK_PREFIX}{repo.id}:{task.number}")
+    holder = ctx.redis.get(keys.run_lock(repo.id, task.number))
     # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it.
     run = records.text(holder)
     return Result(

@@ -19,7 +19,7 @@ it does so only once no write whose answer nobody heard can still land
 (``UNHEARD_PREFIX``): otherwise it would find nothing, make a second comment, and
 the first would land below it, stale.
 
-While an agent run holds the issue (``baton.records.RUN_LOCK_PREFIX``), other tasks'
+While an agent run holds the issue (``baton.keys.run_lock``), other tasks'
 statuses ("a run is already in progress", a refusal) are shown but do not take the
 comment over: the run's later states, though older by arrival, still replace them.
 """
@@ -167,7 +167,7 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
     if not locks.take(cache, lock, token, LOCK_MS):
         raise Busy("issue-busy", f"another task is writing the status comment of #{pub.number}")
     try:
-        record, run = _read(cache, where, pub.number)
+        record, run = _read(cache, where, keys.run_lock(pub.repo_id, pub.number), pub.number)
         mine = (pub.received_at, pub.task_id)
         theirs = (record.get("received_at", ""), record.get("task_id", ""))
         if theirs > mine:
@@ -210,12 +210,12 @@ def write_status(gh: GitHub[Any], cache: redis.Redis, pub: Publication, app_id: 
         locks.release(cache, lock, token)
 
 
-def _read(cache: redis.Redis, where: str, number: int) -> tuple[dict[str, str], str | None]:
+def _read(cache: redis.Redis, where: str, run_lock: str, number: int) -> tuple[dict[str, str], str | None]:
     """The issue's record and the task whose run holds the issue, in one round trip; Busy while a
     write whose answer nobody heard may still land."""
     with cache.pipeline(transaction=False) as pipe:
         pipe.hgetall(ISSUE_PREFIX + where)
-        pipe.get(records.RUN_LOCK_PREFIX + where)
+        pipe.get(run_lock)
         pipe.exists(UNHEARD_PREFIX + where)
         raw, run, unheard = pipe.execute()
     if unheard:

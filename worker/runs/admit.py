@@ -49,7 +49,7 @@ RECORD_PREFIX = keys.RUN_RECORD_PREFIX
 def lock_key(task: Task) -> str:
     if task.repository is None or task.number is None:
         raise BatonError("no-issue", "an agent run needs an issue")
-    return f"{records.RUN_LOCK_PREFIX}{task.repository.id}:{task.number}"
+    return keys.run_lock(task.repository.id, task.number)
 
 
 def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
