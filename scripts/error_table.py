@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from generated_page import write_or_check
+
 from baton import codes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,14 +44,8 @@ def page() -> str:
 
 
 def main(argv: list[str]) -> int:
-    fresh = page()
-    if "--check" in argv:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != fresh:
-            print(f"docs/errors.md differs from baton/codes.py; run `{REGENERATE}`", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(fresh, encoding="utf-8")
-    return 0
+    return write_or_check(argv, PAGE, page(), what="its table of error codes (from baton/codes.py)",
+                          regenerate=REGENERATE)  # fmt: skip
 
 
 if __name__ == "__main__":

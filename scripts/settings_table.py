@@ -18,6 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from generated_page import write_or_check
+
 from baton.settings import KNOWN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,18 +93,9 @@ def render(page: str, known: dict[str, str]) -> str:
 
 def main(argv: list[str]) -> int:
     page_path = Path(argv[argv.index("--page") + 1]) if "--page" in argv else PAGE
-    page = page_path.read_text(encoding="utf-8")
-    fresh = render(page, KNOWN)
-    if "--check" in argv:
-        if fresh != page:
-            print(
-                f"{page_path.name}: its settings table differs from KNOWN; run `{REGENERATE}`",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    page_path.write_text(fresh, encoding="utf-8")
-    return 0
+    fresh = render(page_path.read_text(encoding="utf-8"), KNOWN)
+    return write_or_check(argv, page_path, fresh, what="its settings table (from KNOWN)",
+                          regenerate=REGENERATE)  # fmt: skip
 
 
 if __name__ == "__main__":
