@@ -118,13 +118,13 @@ def _settings() -> settings.Settings:
     return settings.load()
 
 
-def _client() -> redis.Redis:
-    url = _settings().redis_url or redis_server.discover()  # as `baton worker` finds it
+def _client(config: settings.Settings) -> redis.Redis:
+    url = config.redis_url or redis_server.discover()  # as `baton worker` finds it
     return redis.Redis.from_url(url, socket_timeout=10)
 
 
-def _secret() -> bytes:
-    secret = _settings().audit_secret
+def _secret(config: settings.Settings) -> bytes:
+    secret = config.audit_secret
     if secret is None:
         raise ConfigError("no-audit-secret", "set BATON_AUDIT_SECRET: the chain's MACs are keyed with it")
     return secret
@@ -132,7 +132,8 @@ def _secret() -> bytes:
 
 def audit_verify_command(args: argparse.Namespace) -> int:
     saved = _saved_heads(Path(args.since)) if args.since else {}
-    client, secret = _client(), _secret()
+    config = _settings()
+    client, secret = _client(config), _secret(config)
     chosen = [args.installation] if args.installation is not None else installations(client)
     if args.installation is None:  # a chain deleted outright is no longer listed: its saved head is
         chosen = sorted({*chosen, *saved})
@@ -156,7 +157,8 @@ def audit_verify_command(args: argparse.Namespace) -> int:
 
 
 def audit_head_command(args: argparse.Namespace) -> int:
-    client, secret = _client(), _secret()
+    config = _settings()
+    client, secret = _client(config), _secret(config)
     chosen = [args.installation] if args.installation is not None else installations(client)
     heads = []
     for installation in chosen:
@@ -185,7 +187,8 @@ def _saved_heads(path: Path) -> dict[int, tuple[int, bytes]]:
 
 
 def audit_export_command(args: argparse.Namespace) -> int:
-    client, secret = _client(), _secret()
+    config = _settings()
+    client, secret = _client(config), _secret(config)
     chain = AuditChain(client, args.installation, derive_key(secret, args.installation))
     if args.out:
         with Path(args.out).open("x", encoding="utf-8") as out:
@@ -196,21 +199,22 @@ def audit_export_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _replay_keys(paths: list[str] | None) -> dict[str, PublicKey] | None:
+def _replay_keys(paths: list[str] | None, config: settings.Settings) -> dict[str, PublicKey] | None:
     if paths:
         found: dict[str, PublicKey] = {}
         for path in paths:
             found.update(read_keys(Path(path).read_text(), path))
         return found
-    key = _settings().signing_key
+    key = config.signing_key
     return keyring([key.public]) if key is not None else None
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    client = _client()
+    config = _settings()
+    client = _client(config)
     tasks = replay.recorded_tasks(client) if args.all else [args.task_id]
     try:
-        keys = _replay_keys(args.key)
+        keys = _replay_keys(args.key, config)
         results = {task: replay.replay(client, task, keys) for task in tasks}
     except (EvidenceError, OSError) as exc:
         print(f"baton replay: {exc}", file=sys.stderr)
