@@ -36,7 +36,7 @@ from worker import audit
 
 
 class State(StrEnum):
-    QUEUED = "queued"
+    QUEUED = records.QUEUED  # the first state, which the web process writes in its enqueue script
     RUNNING = "running"
     REFUSED = "refused"  # the sender may not trigger Baton here
     DENIED = "denied"  # the trifecta gate said no; nothing was spawned
@@ -57,8 +57,6 @@ MOVES: dict[State, frozenset[State]] = {
     State.RUNNING: TERMINAL | {State.QUEUED},
     **{state: frozenset() for state in TERMINAL},
 }
-if State.QUEUED.value != records.QUEUED:  # the web process writes records.QUEUED; the table reads it
-    raise BatonError("internal-error", "worker/lifecycle.py: State.QUEUED must equal records.QUEUED")
 
 #: The state an agent run's task ends in, per outcome of the run (``baton.tasks.Outcome``).
 OUTCOME_STATE: dict[Outcome, State] = {
