@@ -56,6 +56,7 @@ class Dropped(StrEnum):
 
     ENDED_ELSEWHERE = "ended-elsewhere"  # the task had ended meanwhile (a sweeper, a cancel): that stands
     STALE_JOB = "stale-job"  # a run job the task has moved on from (it was retried as another job)
+    DUPLICATE = "duplicate"  # a second start of a job whose task is running (worker.requeue's race)
 
 
 class JobReturn(TypedDict):
@@ -102,9 +103,12 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
                        installation=str(task.installation_id or 0))  # fmt: skip
     except lifecycle.IllegalMove:
-        if handler is None:
-            raise
-        # A run job whose task ended while it waited (cancelled, or a lost worker's retry): drop it.
+        state = lifecycle.current(ctx.redis, task.id)
+        if state is State.RUNNING:  # another start of this job got there first: it runs, this does not
+            return _returned(task, Dropped.DUPLICATE, "not run")
+        if handler is None and state is None:
+            raise  # no record at all: the failure path ends it visibly
+        # Ended while it waited (cancelled, or a lost worker's retry): drop it.
         return _returned(task, Dropped.ENDED_ELSEWHERE, "not run")
     unexpected: BaseException | None = None
     result: Result | HandOff

@@ -17,6 +17,8 @@ gaps:
 - a job process that dies is ended at once through ``jobs.end_abnormally``
   (``handle_work_horse_killed``), and it is killed if its worker dies
   (``PR_SET_PDEATHSIG``), so no orphan keeps working on an ended task;
+- a job a worker took from its queue and died before starting is found by the sweep and
+  queued again (``worker.requeue``);
 - every running task holds a lease (``lifecycle.LEASES``), renewed by the
   worker that runs it while it monitors the job; every worker, busy or idle,
   sweeps for leases that ran out and ends those tasks, so a dead worker's task
@@ -57,7 +59,7 @@ from rq.worker import WorkerStatus
 
 from baton import queues, records
 from baton.errors import BatonError
-from worker import context, jobs, keepalive, lifecycle, outbox, redeliver
+from worker import context, jobs, keepalive, lifecycle, outbox, redeliver, requeue
 from worker.context import Context
 from worker.lifecycle import State
 from worker.publish import publisher
@@ -189,6 +191,7 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
             return ended, 0
         error = BatonError("worker-lost", "its worker stopped as the job started, before the task ran")
         ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish, job_id=job_id)
+    requeue.lost_jobs(ctx.redis)
     published = 0
     if publish and ctx.github is not None:
         published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)

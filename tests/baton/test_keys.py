@@ -27,6 +27,7 @@ STORED = {
     "REGISTRY_PREFIX": "baton:tasks:",
     "LEASES_KEY": "baton:leases",
     "OUTBOX_KEY": "baton:outbox",
+    "LOST_JOBS_KEY": "baton:lost-jobs",
     "DELIVERY_PREFIX": "baton:delivery:",
     "PAYLOAD_PREFIX": "baton:payload:",
     "COUNTERS_KEY": "baton:counters",

@@ -23,10 +23,10 @@ What must hold:
 3. the accounting (``tests.drills.accounting``): every label a finished task with its status
    comment, nothing left running, no second pull request, no receipt missing.
 
-An outage often lands between RQ starting a job and the job marking its task ``running``: the
-task then stays ``queued`` for RQ's 10-minute cleanup, a Baton bug drilled deterministically in
-``test_worker_sigkill.py``; this drill recognises it (``tests.drills.known_bugs``) and ends with
-``xfail`` after checking 1 and 2.
+An outage may land between a worker's ``BLPOP`` and RQ recording the job as started (the job then
+is in no list: ``worker.requeue`` puts it back), or between RQ starting a job and the job marking
+its task ``running`` (``worker.rqworker``'s sweep ends it); both moments are drilled
+deterministically in ``test_worker_sigkill.py``.
 """
 
 from __future__ import annotations

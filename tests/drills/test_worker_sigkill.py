@@ -63,7 +63,7 @@ from tests.drills.procs import (
     worker_env,
 )
 from tests.worker.conftest import Stage, Workers
-from worker import lifecycle, publish
+from worker import lifecycle, publish, requeue
 from worker.gates import evaluate as gates
 from worker.lifecycle import State
 from worker.rqworker import RENEW_EVERY_S
@@ -279,6 +279,54 @@ def test_a_worker_killed_as_it_starts_a_job_has_its_task_ended_within_the_lease(
     left = SWEPT_S - (time.monotonic() - killed)
     wait_for(lambda: lifecycle.current(rdb, task_id) in lifecycle.TERMINAL, max(left, 1.0),
              f"task {task_id} to end ({accounting.describe(rdb, [task_id])})", workers.log)  # fmt: skip
+
+
+#: A worker that serves several queues takes a job with ``BLPOP``: from that reply until RQ records
+#: the job as started, the job is in no list and no registry. A worker that dies there (SIGKILL here;
+#: in the Redis-restart drill, Redis itself going away) leaves a job only its hash remembers.
+DIES_AFTER_TAKING_THE_JOB = """
+import os, signal, sys
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+from worker.rqworker import BatonWorker
+
+conn = redis.Redis.from_url(sys.argv[1])
+worker = BatonWorker([Queue(name, connection=conn, serializer=JSONSerializer) for name in sys.argv[2:]],
+                     connection=conn, serializer=JSONSerializer)
+worker.register_birth()
+job, queue = worker.dequeue_job_and_maintain_ttl(timeout=20)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+#: A job taken by a worker that died before starting it is queued again once its task has waited
+#: ``LEASE_S`` and two sweeps ``LOST_S`` apart found the job nowhere (``worker.requeue``).
+REQUEUED_S = lifecycle.LEASE_S + requeue.LOST_S + 3 * RENEW_EVERY_S
+
+
+def test_a_job_taken_by_a_worker_that_died_before_starting_it_is_run(
+    stage: Stage, workers: Workers, rdb: redis.Redis, redis_url: str
+) -> None:
+    number = stage.issue()
+    [delivery] = stage.admin.label(world.REPO, number, ["agent:researcher"], sender="maria")["deliveries"]
+    task_id = delivery["guid"]
+    served = [queues.CONTROL.name, queues.GATES.name]  # two queues: RQ takes a job with BLPOP
+    argv = [sys.executable, "-c", DIES_AFTER_TAKING_THE_JOB, redis_url, *served]
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    assert lifecycle.current(rdb, task_id) is State.QUEUED
+    assert accounting.describe(rdb, [task_id]).startswith(f"{task_id} [job {task_id}: queued]")
+    taken = time.monotonic()
+
+    proc = workers.start("a", queues=",".join(served))
+    wait_for(lambda: registered(rdb, {proc.pid}), 60, "the worker to start", workers.log)
+    left = REQUEUED_S - (time.monotonic() - taken)
+    wait_for(lambda: lifecycle.current(rdb, task_id) in lifecycle.TERMINAL, max(left, 1.0),
+             f"task {task_id} to end ({accounting.describe(rdb, [task_id])})", workers.log)  # fmt: skip
+    # It ran, once: the trifecta gate denied it, as it denies every researcher run here.
+    assert lifecycle.current(rdb, task_id) is State.DENIED, accounting.describe(rdb, [task_id])
+    assert [m["to"] for m in lifecycle.history(rdb, task_id)].count(State.RUNNING.value) == 1
+    accounting.account(stage.admin, rdb, [task_id])  # its status comment, no other task left
 
 
 def test_a_worker_killed_while_writing_a_status_comment_does_not_silence_the_issue(
