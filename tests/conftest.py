@@ -143,7 +143,8 @@ DEFAULT_PREFIX = Path.home() / ".cache" / "baton-ci" / "agent-clis"
 
 @pytest.fixture(scope="session")
 def agent_cli_bin() -> Path:
-    """The directory holding the pinned `claude` and `codex` executables.
+    """The directory holding the pinned agent CLIs' executables (``claude``, ``codex``, ``gemini``, ``qwen``,
+    ``opencode``, ``aider``, ``mini``).
 
     `.ci/run` installs them (`.ci/agent-clis`) into ``AGENT_CLI_PREFIX``; run alone, the tests install
     them into the same cache. Only a machine without Node.js skips what needs them; anywhere else a
@@ -154,7 +155,7 @@ def agent_cli_bin() -> Path:
     done = subprocess.run(["bash", str(ROOT / ".ci" / "agent-clis"), str(prefix)],
                           capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     assert done.returncode == 0, f".ci/agent-clis failed:\n{done.stdout}\n{done.stderr}"
-    return prefix / "node_modules" / ".bin"
+    return prefix / "bin"
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,22 @@ CATALOGUE: Mapping[str, ToolSpec] = MappingProxyType(
 )
 
 
+#: Tools an adapter's CLI has whatever the policy lists, because no switch of the CLI takes them
+#: away: adapter -> {tool: why}. The gate counts them for every agent with that adapter, so it
+#: decides on what the agent can really do; the adapter spec (worker.runner.adapters) denies every
+#: other tool the policy did not grant, and its tests hold the two to each other.
+INHERENT_TOOLS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "codex": MappingProxyType(
+            dict.fromkeys(
+                ("read_repo", "search_repo", "edit_files", "run_shell"),
+                "Codex reads, searches and edits through its shell tool (exec_command); no switch removes it",
+            )
+        ),
+    }
+)
+
+
 @dataclass(frozen=True)
 class ModelProvider:
     """A model provider the gateway serves: its name in the gateway's paths, the host a policy names

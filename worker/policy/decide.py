@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
-from worker.policy.catalogue import CATALOGUE, is_model_key, tool_tags
+from worker.policy.catalogue import CATALOGUE, INHERENT_TOOLS, is_model_key, tool_tags
 from worker.policy.errors import UnknownAgent
 from worker.policy.facts import TaskFacts
 from worker.policy.model import Axis, Policy, canonical_json
@@ -32,7 +32,7 @@ _REMOVABLE = frozenset({"tool", "egress", "env"})
 class Contributor(NamedTuple):
     """Something that put a leg in place: a tool, an egress host, an env name or a fact."""
 
-    kind: str  # "tool" | "egress" | "env" | "fact"
+    kind: str  # "tool" | "egress" | "env" | "fact" | "cli" (a tool the agent's CLI cannot be kept from)
     name: str
     reason: str
 
@@ -99,7 +99,7 @@ def decide(policy: Policy, facts: TaskFacts) -> Decision:
     agent = policy.agents.get(facts.agent)
     if agent is None:
         raise UnknownAgent(facts.agent, policy.agents)
-    tools, unknown, removed = _tools(agent.tools, policy, facts)
+    tools, unknown, removed = _tools(agent.tools, policy, facts, INHERENT_TOOLS.get(agent.adapter, {}))
     egress = agent.egress
     if facts.offline and egress:
         removed.extend(Contributor("egress", host, "removed by --offline") for host in egress)
@@ -113,16 +113,18 @@ def decide(policy: Policy, facts: TaskFacts) -> Decision:
             private.append(Contributor("env", name, "passed to the agent, and not a model key"))
     for host in egress:
         external.append(Contributor("egress", host, "reachable beyond the model endpoints"))
-    for name, tags, shell, reason in tools:
+    for name, tags, shell, reason, inherent in tools:
+        kind = "cli" if inherent else "tool"
         if _P in tags:
-            private.append(Contributor("tool", name, reason))
+            private.append(Contributor(kind, name, reason))
         if _U in tags:
-            untrusted.append(Contributor("tool", name, reason))
+            untrusted.append(Contributor(kind, name, reason))
         if _E in tags:
-            external.append(Contributor("tool", name, reason))
+            external.append(Contributor(kind, name, reason))
         elif shell:
-            external.append(Contributor("tool", name, _SHELL))
+            external.append(Contributor(kind, name, _SHELL if not inherent else f"{reason}; {_SHELL}"))
 
+    stuck = any(c.kind == "cli" for c in external)  # --offline cannot take a CLI's own tool away
     unrestricted = agent.adapter == "command" and not facts.network_cutoff
     if unrestricted:
         # Its tools are whatever the program does: without the cut-off it is on the host's network,
@@ -141,12 +143,12 @@ def decide(policy: Policy, facts: TaskFacts) -> Decision:
         removed=tuple(removed),
         remedies=()
         if allowed
-        else _remedies(facts.agent, legs, offline_helps=not (facts.offline or unrestricted)),
+        else _remedies(facts.agent, legs, offline_helps=not (facts.offline or unrestricted or stuck)),
         policy_sha256=policy.digest,
     )
 
 
-_Tool = tuple[str, frozenset[Axis], bool, str]
+_Tool = tuple[str, frozenset[Axis], bool, str, bool]  # name, tags, leaky shell, reason, inherent
 _COMMAND_OPEN = (
     "runs a program whose tools Baton cannot restrict, on the host network (this machine's box cannot "
     "cut the network off)"
@@ -154,17 +156,22 @@ _COMMAND_OPEN = (
 
 
 def _tools(
-    names: tuple[str, ...], policy: Policy, facts: TaskFacts
+    names: tuple[str, ...], policy: Policy, facts: TaskFacts, inherent: Mapping[str, str]
 ) -> tuple[list[_Tool], list[str], list[Contributor]]:
-    """(name, tags, leaky shell, reason) per tool kept; unknown names; tools --offline removed."""
+    """A ``_Tool`` per tool kept; unknown names; tools --offline removed.
+
+    ``inherent``: tools the agent's CLI has whether listed or not (``INHERENT_TOOLS``), counted
+    after the listed ones; --offline cannot remove those either."""
     shell_leaks = not facts.network_cutoff
     kept: list[_Tool] = []
     unknown: list[str] = []
     removed: list[Contributor] = []
-    for name in names:
+    for name in (*names, *(t for t in inherent if t not in names)):
         tags, known = tool_tags(name, policy.tools)
         spec = CATALOGUE.get(name)
-        if not known:
+        if name in inherent:
+            reason = f"{spec.summary if spec else name}; {inherent[name]}"
+        elif not known:
             reason = "unknown tool: counts as all three until the org policy declares it"
             unknown.append(name)
         elif spec is None:
@@ -172,10 +179,10 @@ def _tools(
         else:
             reason = spec.summary
         shell = spec is not None and spec.runs_code and shell_leaks
-        if facts.offline and (_E in tags or shell):
+        if facts.offline and (_E in tags or shell) and name not in inherent:
             removed.append(Contributor("tool", name, "removed by --offline"))
         else:
-            kept.append((name, tags, shell, reason))
+            kept.append((name, tags, shell, reason, name in inherent))
     return kept, unknown, removed
 
 

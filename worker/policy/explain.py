@@ -13,7 +13,8 @@ _LEG_NAMES = {
 
 
 def _item(c: Contributor) -> str:
-    label = {"tool": "tool", "egress": "egress host", "env": "env", "fact": "fact"}.get(c.kind, c.kind)
+    label = {"tool": "tool", "egress": "egress host", "env": "env", "fact": "fact",
+             "cli": "tool of the CLI"}.get(c.kind, c.kind)  # fmt: skip
     return f"{label} {c.name}: {c.reason}"
 
 

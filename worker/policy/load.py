@@ -39,7 +39,7 @@ from worker.policy.model import (
     Trigger,
     parse_duration,
 )
-from worker.policy.schema import SCHEMA
+from worker.policy.schema import ADAPTERS, RETIRED_ADAPTERS, SCHEMA
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,27 @@ def parse(data: str | bytes, filename: str) -> PolicyDoc:
     except _yaml.YamlProblem as exc:
         raise PolicyError(INVALID, [Problem(filename, exc.line, exc.col, exc.message)]) from None
     doc = PolicyDoc(filename, {}, located.marks, located.key_marks)
-    problems = [doc.problem(f.path, f.message, at_key=f.at_key) for f in validate(SCHEMA, located.value)]
+    problems = [doc.problem(f.path, _retired(located.value, f.path) or f.message, at_key=f.at_key)
+                for f in validate(SCHEMA, located.value)]  # fmt: skip
     if not problems and isinstance(located.value, dict):
         doc = PolicyDoc(filename, located.value, located.marks, located.key_marks)
         problems = _semantic(doc)
     if problems:
         raise PolicyError(INVALID, sorted(set(problems)))
     return doc
+
+
+def _retired(value: Any, path: Path) -> str | None:
+    """The message for an adapter Baton no longer offers, saying why and what to use (else None)."""
+    if len(path) != 3 or path[0] != "agents" or path[2] != "adapter" or not isinstance(value, dict):
+        return None
+    entry = value.get("agents", {}).get(path[1]) if isinstance(value.get("agents"), dict) else None
+    adapter = entry.get("adapter") if isinstance(entry, dict) else None
+    why = RETIRED_ADAPTERS.get(adapter) if isinstance(adapter, str) else None
+    if why is None:
+        return None
+    offered = ", ".join(ADAPTERS)
+    return f"agents.{path[1]}.adapter: adapter {adapter!r} was removed: {why}; use one of: {offered}"
 
 
 #: Variables that are never an agent's to have, whatever a policy says: GitHub's tokens.

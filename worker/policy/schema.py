@@ -27,7 +27,12 @@ def _pattern(body: str, title: str) -> dict[str, Any]:
     return {"type": "string", "title": title, "pattern": f"^{body}{_END}"}
 
 
-ADAPTERS = ("claude-code", "codex", "gemini", "aider", "goose", "opencode", "script", "command")
+ADAPTERS = ("claude-code", "codex", "gemini", "aider", "opencode", "script", "command")
+#: Adapter names Baton once accepted, and why a policy naming one is now refused.
+RETIRED_ADAPTERS = {
+    "goose": "Goose is on neither npm nor PyPI (its releases are downloads from GitHub), so Baton's CI "
+    "cannot install it and it was never run; drive it with `adapter: command` if you must",
+}
 _ARGVLESS = [a for a in ADAPTERS if a != "command"]
 
 _DURATION = _pattern("[1-9][0-9]{0,4}[smh]", "duration like 30m, 10s or 2h")

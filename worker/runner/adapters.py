@@ -65,11 +65,13 @@ class AgentMissing(BatonError):
 @dataclass(frozen=True)
 class Invocation:
     """What the box runs. argv[0] is absolute when it was looked up; env holds only what Baton sets
-    (the box adds HOME and the proxy settings); stdin is fed to the process (None: /dev/null)."""
+    (the box adds HOME and the proxy settings); stdin is fed to the process (None: /dev/null);
+    ``home_files`` are written into the box's HOME before it starts (path relative to HOME -> text)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     stdin: bytes | None
+    home_files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class Context:
 
 #: (extra argv, extra env) for what a flat template cannot say (a TOML or JSON config value).
 Configure = Callable[[Context], tuple[tuple[str, ...], Mapping[str, str]]]
+#: Files a CLI reads from its HOME (a settings file no flag replaces): path relative to HOME -> text.
+HomeFiles = Callable[[Context], Mapping[str, str]]
+#: A relative path with no empty, ``.`` or ``..`` part: what ``home_files`` and ``result_file`` may name.
+_RELATIVE = re.compile(r"(?!\.{1,2}(/|$))[A-Za-z0-9_.\-]+(/(?!\.{1,2}(/|$))[A-Za-z0-9_.\-]+)*")
 
 
 @dataclass(frozen=True)
@@ -120,10 +126,19 @@ class AdapterSpec:
     #: The script agent: stdin carries its program, not the prompt.
     stdin_program: bool = False
     configure: Configure | None = None
+    home_files: HomeFiles | None = None
+    #: The policy tools this CLI has at all. Each is denied by the invocation when not granted,
+    #: unless the catalogue counts it as the CLI's own (``worker.policy.INHERENT_TOOLS``): the
+    #: adapter tests hold every spec to that. Empty: not a CLI Baton knows the tools of.
+    repertoire: tuple[str, ...] = ()
+    #: Where the CLI writes its own account of the run, relative to HOME (read instead of stdout).
+    result_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("tool_names", "when_granted", "when_denied", "fixed_env"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        if self.result_file is not None and not _RELATIVE.fullmatch(self.result_file):
+            raise ValueError(f"{self.name}: result_file {self.result_file!r} is not a plain relative path")
 
     def parse_result(self, stdout: bytes | str, exit_code: int | None) -> AgentResult:
         """The agent's own account of its run; never raises (see :mod:`worker.runner.results`)."""
@@ -196,13 +211,23 @@ def build_invocation(
     else:
         key_env = None
     env.update(spec.fixed_env)
+    context = Context(agent, granted, base, key_env)
     if spec.configure is not None:
-        extra_argv, extra_env = spec.configure(Context(agent, granted, base, key_env))
+        extra_argv, extra_env = spec.configure(context)
         argv += extra_argv
         env.update(extra_env)
     argv += spec.trailing
     env["PATH"] = f"{os.path.dirname(executable)}:{SYSTEM_PATH}" if os.path.isabs(executable) else SYSTEM_PATH
-    return Invocation(tuple(argv), MappingProxyType(dict(sorted(env.items()))), _stdin(spec, prompt_text))
+    files = dict(spec.home_files(context)) if spec.home_files is not None else {}
+    for path in files:
+        if not _RELATIVE.fullmatch(path):
+            raise ValueError(f"{spec.name}: home file {path!r} is not a plain relative path")
+    return Invocation(
+        tuple(argv),
+        MappingProxyType(dict(sorted(env.items()))),
+        _stdin(spec, prompt_text),
+        MappingProxyType(dict(sorted(files.items()))),
+    )
 
 
 def version(spec: AdapterSpec, executable: str) -> str | None:
@@ -280,12 +305,6 @@ def _codex_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str
     return ("-c", "model_provider=baton", "-c", "model_providers.baton={" + ",".join(fields) + "}"), {}
 
 
-def _goose_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
-    """GOOSE_PROVIDER follows the key the policy passes [documented: GOOSE_PROVIDER, *_API_KEY]."""
-    provider = _PROVIDER_OF_KEY.get(context.key_env or "")
-    return (), ({"GOOSE_PROVIDER": provider} if provider else {})
-
-
 #: Baton tool -> opencode permission names [documented: edit, bash, webfetch; the rest inferred].
 _OPENCODE_PERMISSIONS = {"read_repo": ("read", "list"), "search_repo": ("glob", "grep"),
                          "edit_files": ("edit",), "run_shell": ("bash",), "web_fetch": ("webfetch",),
@@ -338,6 +357,7 @@ _SPECS = (
         deny_flag="--disallowedTools",
         fixed_env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
         base_url_env=(("ANTHROPIC_BASE_URL", "/anthropic"),),
+        repertoire=tuple(_CLAUDE_TOOLS),
         key_envs=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
         placeholder_key_env="ANTHROPIC_API_KEY",
     ),
@@ -359,6 +379,7 @@ _SPECS = (
         when_granted={"model_server_tools": ("-c", 'web_search="live"')},
         when_denied={"model_server_tools": ("-c", 'web_search="disabled"')},
         trailing=("-",),
+        repertoire=("read_repo", "search_repo", "edit_files", "run_shell", "model_server_tools"),
         key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
         placeholder_key_env="OPENAI_API_KEY",
         configure=_codex_provider,
@@ -402,25 +423,6 @@ _SPECS = (
         when_denied={"run_shell": ("--no-suggest-shell-commands",), "web_fetch": ("--no-detect-urls",)},
         base_url_env=(("OPENAI_API_BASE", "/openai/v1"), ("ANTHROPIC_API_BASE", "/anthropic")),
         key_envs=_ANY_KEY,
-    ),
-    AdapterSpec(
-        # [documented] goose run --instructions FILE, --no-session, --max-turns, --output-format json,
-        # --with-builtin; GOOSE_MODE=auto; OPENAI_HOST. [inferred] ANTHROPIC_HOST, GOOSE_DISABLE_KEYRING,
-        # GOOSE_TELEMETRY_ENABLED. The developer extension brings its shell with its editor: no switch
-        # splits them, so run_shell is bounded by the box alone.
-        name="goose",
-        executable="goose",
-        install_hint="see https://block.github.io/goose/docs/getting-started/installation",
-        argv=_words(
-            "run --no-session --output-format json --max-turns {max_turns} --instructions {prompt_file}"
-        ),
-        prompt_via=PromptVia.FILE,
-        result_format=ResultFormat.GOOSE_JSON,
-        when_granted={"edit_files": ("--with-builtin", "developer")},
-        fixed_env={"GOOSE_MODE": "auto", "GOOSE_DISABLE_KEYRING": "1", "GOOSE_TELEMETRY_ENABLED": "false"},
-        base_url_env=(("OPENAI_HOST", "/openai"), ("ANTHROPIC_HOST", "/anthropic")),
-        key_envs=_ANY_KEY,
-        configure=_goose_provider,
     ),
     AdapterSpec(
         # [documented] `opencode run` reads a piped stdin to its end and adds it to the message;

@@ -67,9 +67,11 @@ def install_dirs(executable: str, *, search_path: str | None = None) -> tuple[st
     """Directories to bind read-only into the box so ``executable`` runs there.
 
     Its own directory, the directory it resolves into, the whole ``node_modules``
-    of an npm install (``node_modules/.bin`` holds symlinks into it) and, for a
-    ``#!`` script, its interpreter's (``#!/usr/bin/env node`` is looked up on
-    ``search_path``). System directories are left out: the box provides those.
+    of an npm install (``node_modules/.bin`` holds symlinks into it), the whole
+    virtual environment of a pip install, and, for a ``#!`` script, its
+    interpreter's (``#!/usr/bin/env node`` is looked up on ``search_path``), with a
+    Python interpreter's installation prefix (its standard library lives beside
+    its ``bin``). System directories are left out: the box provides those.
     Outermost directories only.
     """
     if not os.path.isabs(executable):
@@ -77,7 +79,14 @@ def install_dirs(executable: str, *, search_path: str | None = None) -> tuple[st
     found: set[str] = set()
     for path in _with_interpreter(executable, search_path):
         real = os.path.realpath(path)
-        found |= {os.path.dirname(path), os.path.dirname(real), *_npm_prefix(path), *_npm_prefix(real)}
+        found |= {
+            os.path.dirname(path),
+            os.path.dirname(real),
+            *_npm_prefix(path),
+            *_npm_prefix(real),
+            *_python_prefix(path),
+            *_python_prefix(real),
+        }
     kept = sorted(d for d in found if d and d not in _SYSTEM_DIRS)
     return tuple(d for d in kept if not any(d.startswith(other + "/") for other in kept))
 
@@ -106,3 +115,18 @@ def _npm_prefix(path: str) -> list[str]:
     if "node_modules" not in parts:
         return []
     return [str(Path(*parts[: parts.index("node_modules") + 1]))]
+
+
+def _python_prefix(path: str) -> list[str]:
+    """``/v/bin/aider`` with ``/v/pyvenv.cfg`` -> ``/v`` (a venv); ``/p/bin/python3.11`` with
+    ``/p/lib/python3.11`` -> ``/p`` (an interpreter's installation, as pyenv makes them)."""
+    bin_dir = Path(path).parent
+    if bin_dir.name != "bin":
+        return []
+    root = bin_dir.parent
+    if (root / "pyvenv.cfg").is_file():
+        return [str(root)]
+    version = re.fullmatch(r"python(\d+\.\d+)", Path(path).name)
+    if version and (root / "lib" / f"python{version.group(1)}").is_dir():
+        return [str(root)]
+    return []

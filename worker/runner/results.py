@@ -32,7 +32,6 @@ class ResultFormat(StrEnum):
     CODEX_JSONL = "codex-jsonl"  # exec --json events [observed]
     GEMINI_JSON = "gemini-json"  # --output-format json: {response, stats, error} [documented]
     OPENCODE_JSONL = "opencode-jsonl"  # run --format json events [inferred shape]
-    GOOSE_JSON = "goose-json"  # run --output-format json [inferred shape]
     SCRIPT = "script"  # Baton's script agent: its last stdout line
     TEXT = "text"  # exit code and the output's tail
 
@@ -317,20 +316,6 @@ def _opencode(text: str, reading: _Reading) -> None:
         reading.notes.append("no JSON events in the output")
 
 
-def _goose(text: str, reading: _Reading) -> None:
-    """One JSON object after the run [inferred shape]: only a few likely fields are read."""
-    result = _last_object(text, reading, lambda item: True)
-    if not result:
-        return
-    if result.get("error"):
-        reading.reported_error = True
-        reading.subtype = "error"
-    for key in ("response", "result", "text"):
-        if isinstance(result.get(key), str):
-            reading.summary = _summary(result[key])
-            break
-
-
 def _script(text: str, reading: _Reading) -> None:
     """The script agent's last line: ``{"script_agent": "1", "steps_run": N, "exit": C}``."""
     result = _last_object(text, reading, lambda item: "script_agent" in item)
@@ -354,7 +339,6 @@ _READERS: Mapping[ResultFormat, Callable[[str, _Reading], None]] = {
     ResultFormat.CODEX_JSONL: _codex,
     ResultFormat.GEMINI_JSON: _gemini,
     ResultFormat.OPENCODE_JSONL: _opencode,
-    ResultFormat.GOOSE_JSON: _goose,
     ResultFormat.SCRIPT: _script,
     ResultFormat.TEXT: _text,
 }

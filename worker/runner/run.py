@@ -27,6 +27,7 @@ import hashlib
 import io
 import os
 import secrets
+import stat
 import tarfile
 import tempfile
 import threading
@@ -54,6 +55,8 @@ ASKED_FORBIDDEN = (
 )
 #: Inside the box: where the prompt file sits (the private HOME).
 PROMPT_IN_BOX = "/home/agent/.baton/prompt.md"
+#: The most of an agent's own result file (``AdapterSpec.result_file``) that is read.
+RESULT_FILE_BYTES = 4 * 1024 * 1024
 COMMIT_AUTHOR = ("Baton", "baton@users.noreply.github.com")
 
 
@@ -290,6 +293,7 @@ def _run_boxed(
             search_path=request.search_path,
             prompt_text=text,
         )
+        _write_home_files(home, invocation.home_files)
         to_gateway = ((("127.0.0.1", gateway.IN_BOX_PORT), gateway_socket)) if has_model else None
         with proxy.EgressProxy(proxy_socket, allow=egress, routes=dict(request.egress_routes),
                                model_hosts=MODEL_PROVIDERS, gateway=to_gateway) as egress_proxy:  # fmt: skip
@@ -318,9 +322,40 @@ def _run_boxed(
     record.exit_code, record.signal, record.timed_out = result.exit_code, result.signal, result.timed_out
     record.durations["agent_s"] = round(result.duration_s, 3)
     record.output_tail = result.excerpt()
-    said = spec.parse_result(result.stdout, result.exit_code)
+    told = result.stdout if spec.result_file is None else read_own_file(home, spec.result_file)
+    said = spec.parse_result(told, result.exit_code)
     record.agent_result = said.to_data()
     return result, model_gateway.over_budget
+
+
+def _write_home_files(home: Path, files: Mapping[str, str]) -> None:
+    """An adapter's settings files, in the fresh HOME before the agent exists (so never through a link)."""
+    for relative, text in files.items():
+        path = home / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def read_own_file(home: Path, relative: str, limit: int = RESULT_FILE_BYTES) -> bytes:
+    """A file the agent wrote in its HOME, read without following a link it may have planted there
+    (each directory and the file opened ``O_NOFOLLOW``); at most ``limit`` bytes; empty if absent."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        fds.append(os.open(home, flags | os.O_DIRECTORY))
+        *parents, name = relative.split("/")
+        for part in parents:
+            fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fds.append(os.open(name, flags | os.O_NONBLOCK, dir_fd=fds[-1]))
+        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+            return b""
+        with os.fdopen(os.dup(fds[-1]), "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _gateway_config(

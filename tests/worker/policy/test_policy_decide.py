@@ -123,11 +123,27 @@ def test_policy_can_add_tags_to_a_catalogue_tool_but_never_remove_them() -> None
 
 
 def test_default_policy_denies_private_repos_until_network_cut_off() -> None:
-    """A documented consequence of 'no cut-off yet': the built-in agents have a shell."""
+    """A documented consequence of 'no cut-off yet': the built-in agents have a shell. --offline takes
+    it away, except from Codex, whose shell is how it edits files: no switch of its removes it."""
     for name in DEFAULT_POLICY.agents:
         assert not decide(DEFAULT_POLICY, TaskFacts(name, repo_private=True)).allowed
-        assert decide(DEFAULT_POLICY, TaskFacts(name, repo_private=True, offline=True)).allowed
+        offline = decide(DEFAULT_POLICY, TaskFacts(name, repo_private=True, offline=True))
+        assert offline.allowed is (name != "codex")
+        assert decide(DEFAULT_POLICY, TaskFacts(name, repo_private=True, network_cutoff=True)).allowed
         assert decide(DEFAULT_POLICY, TaskFacts(name, repo_private=False)).allowed
+
+
+def test_a_tool_the_cli_cannot_be_kept_from_is_counted_though_not_listed() -> None:
+    policy = _policy(adapter="codex", tools=("read_repo", "edit_files"), model_endpoints=("api.openai.com",),
+                     env=("OPENAI_API_KEY",))  # fmt: skip
+    denied = decide(policy, TaskFacts("a", repo_private=True, offline=True))
+    assert not denied.allowed
+    [shell] = [c for c in denied.legs[Axis.EXTERNAL_COMM] if c.name == "run_shell"]
+    assert shell.kind == "cli"
+    assert "exec_command" in shell.reason
+    assert "run_offline" not in [r.action for r in denied.remedies]  # it would not help
+    assert all(("cli", "run_shell") not in {(c.kind, c.name) for c in r.drop} for r in denied.remedies)
+    assert decide(policy, TaskFacts("a", repo_private=True, network_cutoff=True)).allowed  # the box bounds it
 
 
 def test_unknown_agent_is_an_error_not_a_decision() -> None:

@@ -102,6 +102,13 @@ CASES = [
         16,
         "'cursor' is not one of",
     ),
+    (
+        "retired-adapter",
+        "version: 1\nagents:\n  a: {adapter: goose, tools: []}\n",
+        3,
+        16,
+        "agents.a.adapter: adapter 'goose' was removed: Goose is on neither npm nor PyPI",
+    ),
     ("command-needs-argv", "version: 1\nagents:\n  a: {adapter: command, tools: []}\n", 3, 6, "'command'"),
     ("argv-only-for-command", GOOD + "    command: [run]\n", 6, 5, "command: is not allowed here"),
     ("gate-needs-run", "version: 1\ngates:\n  - {name: t}\n", 3, 5, "gates[0]: missing required key 'run'"),
