@@ -31,7 +31,7 @@ from worker.policy import (
     org_policy,
     parse,
 )
-from worker.policy.catalogue import INHERENT_TOOLS
+from worker.policy.catalogue import CATALOGUE, INHERENT_TOOLS, tool_tags
 from worker.policy.model import InstallationLimits, format_duration, parse_duration
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -406,13 +406,18 @@ def test_same_inputs_give_the_same_bytes_even_after_a_yaml_round_trip(
 @SETTINGS
 @given(policies, st.data())
 def test_offline_always_passes_and_remedies_really_pass(policy: Policy, data: st.DataObject) -> None:
-    """Except where the box cannot cut the network off and the agent's program has a shell --offline
-    cannot take away (a command agent, or a CLI whose shell is its own, such as Codex's): it is
-    refused, and the retry is not offered."""
+    """Except where the agent keeps a way out --offline cannot take away: a command agent where the
+    box cannot cut the network off, or a tool of the CLI's own (``INHERENT_TOOLS``, such as Codex's
+    shell) that reaches out (a shell without the cut-off, or a tool the policy tags external_comm).
+    Then it is refused, and the retry is not offered."""
     facts = data.draw(_facts(policy))
     adapter = policy.agents[facts.agent].adapter
-    own_shell = "run_shell" in INHERENT_TOOLS.get(adapter, {})
-    unrestricted = (adapter == "command" or own_shell) and not facts.network_cutoff
+    own_way_out = any(
+        Axis.EXTERNAL_COMM in tool_tags(tool, policy.tools)[0]
+        or (CATALOGUE[tool].runs_code and not facts.network_cutoff)
+        for tool in INHERENT_TOOLS.get(adapter, {})
+    )
+    unrestricted = (adapter == "command" and not facts.network_cutoff) or own_way_out
     offline = decide(policy, dataclasses.replace(facts, offline=True))
     # Issue text is always untrusted, so such an agent passes only where it can reach no private data.
     assert offline.allowed is (not unrestricted or not offline.legs[Axis.PRIVATE_DATA])
