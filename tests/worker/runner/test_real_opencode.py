@@ -50,13 +50,19 @@ PROVIDERS = {
 
 
 def _baton_run(
-    tmp_path: Path, repo: Path, agent_cli_bin: Path, model: ModelStandin, agent: str = "opencode"
+    tmp_path: Path,
+    repo: Path,
+    agent_cli_bin: Path,
+    model: ModelStandin,
+    *,
+    agent: str = "opencode",
+    key: str = KEY,
 ) -> tuple[int, dict[str, Any]]:
     provider, _, key_env, _, _ = PROVIDERS[agent]
     org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
     org.write_text(ORG)
     issue.write_text("# Say hello\n\nPlease.\n")
-    env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", key_env: KEY}
+    env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", key_env: key}
     argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
             str(issue), "--org", str(org), "--json", "--upstream", f"{provider}={model.url}"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
@@ -79,12 +85,15 @@ def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model
     tmp_path: Path, repo: Path, agent_cli_bin: Path, agent: str
 ) -> None:
     _, host, _, (tool, args), path = PROVIDERS[agent]
+    (repo / "AGENTS.md").write_text("Greet in plain words. Marker: agents-md-4711.\n")
+    git(repo, "add", "AGENTS.md")
+    git(repo, "commit", "-q", "-m", "instructions for agents")
     script = {
         "workspace": "/workspace",
         "steps": [{"tool": {"name": tool, "input": args}}, {"text": "Done."}],
     }
     with ModelStandin(script, api_key=KEY) as model:
-        code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent)
+        code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent=agent)
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
     assert record["outcome"] == "done"
@@ -96,6 +105,7 @@ def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model
     assert [r["path"] for r in requests] == [path, path]  # --title: no title request
     assert all(_offered(r) >= {"read", "glob", "grep", tool} for r in requests)
     assert not any(_offered(r) & {"bash", "webfetch", "websearch"} for r in requests)
+    assert all("agents-md-4711" in json.dumps(r["body"]) for r in requests)  # the repository's AGENTS.md
     said = record["agent_result"]
     assert (said["is_error"], said["summary"], said["num_turns"]) == (False, "Done.", 2)
     assert said["reported_changes"] == [{"kind": "add", "ok": True, "path": "/workspace/hello.txt"}]
@@ -127,6 +137,23 @@ def test_a_shell_the_policy_did_not_grant_is_not_offered_and_a_call_to_it_is_ref
     assert answer["role"] == "tool"
     assert "unavailable tool 'bash'" in answer["content"]
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.openai.com", True)}
+
+
+def test_a_model_that_refuses_the_key_ends_the_run_failed_at_once_with_its_message(
+    tmp_path: Path, repo: Path, agent_cli_bin: Path
+) -> None:
+    """A 4xx is not retried: one request, one ``error`` event, rc 1 well before the timeout (a retried 5xx
+    runs into it); the run says why and commits nothing."""
+    script = {"workspace": "/workspace", "steps": [{"text": "Done."}]}
+    with ModelStandin(script, api_key=KEY) as model:
+        code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, key="sk-some-other-key")
+        requests = model.requests()
+    assert code == 5, json.dumps(record, indent=1)[-3000:]
+    assert (record["outcome"], record["commit"], record["exit_code"]) == ("failed", None, 1)
+    assert len(requests) == 1
+    said = record["agent_result"]
+    assert (said["is_error"], said["subtype"]) == (True, "APIError")
+    assert "key" in said["summary"].lower()
 
 
 # --- its result, from output captured from 1.18.33 (ids, timestamps, snapshots and diffs trimmed) ---------
