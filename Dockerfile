@@ -1,7 +1,7 @@
 # Baton's image: `baton serve` (the web process) and `baton worker` both run from it.
 #
 #   docker build -t baton .
-#   docker build -t baton --build-arg AGENTS="claude-code codex" .   # with the pinned agent CLIs
+#   docker build -t baton --build-arg AGENTS="claude-code codex" .   # with these pinned agent CLIs
 #
 # No credential is ever baked in: APP_ID, PRIVATE_KEY, WEBHOOK_SECRET, REDIS_URL, BATON_SIGNING_KEY,
 # BATON_AUDIT_SECRET and the model gateway's provider keys come from the environment at run time (fly secrets,
@@ -31,13 +31,14 @@
 ARG BASE=python:3.12-slim-bookworm
 FROM ${BASE}
 
-# Space-separated: claude-code, codex (the versions pinned in .ci/agent-clis). Empty: no Node.js at all.
+# Space-separated adapter names: claude-code, codex, gemini, qwen-code, opencode (npm), aider,
+# mini-swe-agent (PyPI, a venv each): the versions pinned in .ci/agent-clis. Empty: none, and no Node.js.
 ARG AGENTS=""
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/baton/venv/bin:/opt/baton/agents/node_modules/.bin:$PATH \
+    PATH=/opt/baton/venv/bin:/opt/baton/agents/bin:$PATH \
     HOST=0.0.0.0 \
     PORT=3000
 
@@ -51,22 +52,39 @@ RUN set -eu; \
 # The agent CLIs, at the versions Baton's adapters were run against (keep in step with .ci/agent-clis).
 # Node.js only when one is asked for; Debian's npm (and the packages it pulls in) only while installing.
 RUN set -eu; \
-    packages=""; \
+    packages=""; pips=""; \
     for agent in ${AGENTS}; do \
       case "${agent}" in \
         claude-code) packages="${packages} @anthropic-ai/claude-code@2.1.197" ;; \
         codex) packages="${packages} @openai/codex@0.171.0" ;; \
-        *) echo "AGENTS: unknown agent CLI '${agent}' (known: claude-code codex)" >&2; exit 1 ;; \
+        gemini) packages="${packages} @google/gemini-cli@0.61.0" ;; \
+        qwen-code) packages="${packages} @qwen-code/qwen-code@0.15.10" ;; \
+        opencode) packages="${packages} opencode-ai@1.18.33" ;; \
+        aider) pips="${pips} aider:aider-chat==0.86.2" ;; \
+        mini-swe-agent) pips="${pips} mini:mini-swe-agent==2.4.6" ;; \
+        *) echo "AGENTS: unknown agent CLI '${agent}' (known: claude-code codex gemini qwen-code opencode" \
+             "aider mini-swe-agent)" >&2; exit 1 ;; \
       esac; \
     done; \
-    if [ -n "${AGENTS}" ]; then \
+    mkdir -p /opt/baton/agents/bin; \
+    if [ -n "${packages}" ]; then \
       apt-get update; \
       apt-get install -y --no-install-recommends nodejs npm; \
       npm install --prefix /opt/baton/agents --no-audit --no-fund --save-exact --loglevel=error ${packages}; \
       apt-get purge -y --auto-remove npm; \
       rm -rf /var/lib/apt/lists/* /root/.npm; \
-      for cli in /opt/baton/agents/node_modules/.bin/*; do "${cli}" --version </dev/null; done; \
-    fi
+      ln -s /opt/baton/agents/node_modules/.bin/* /opt/baton/agents/bin/; \
+    fi; \
+    for pip in ${pips}; do \
+      exe="${pip%%:*}"; \
+      python3 -m venv "/opt/baton/agents/python/${exe}"; \
+      "/opt/baton/agents/python/${exe}/bin/pip" install --no-cache-dir --quiet "${pip#*:}"; \
+      ln -s "/opt/baton/agents/python/${exe}/bin/${exe}" /opt/baton/agents/bin/; \
+    done; \
+    for cli in /opt/baton/agents/bin/*; do \
+      if [ "${cli##*/}" = mini ]; then MSWEA_CONFIGURED=true "${cli}" --help </dev/null >/dev/null; \
+      else "${cli}" --version </dev/null; fi; \
+    done
 
 # Installed editable, so the source tree (app-manifest.yml included, which `baton doctor` compares
 # the App with) stays where the packages are; root owns it, the service user only reads it.

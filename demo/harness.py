@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,13 +51,13 @@ class Demo:
     """The running pieces and the few questions scenarios ask about them."""
 
     def __init__(self, admin: AdminClient, rdb: redis.Redis, w: world.World, github_dir: Path, *,
-                 claude: Path | None = None, model: ModelStandin | None = None,
+                 clis: Mapping[str, Path] | None = None, model: ModelStandin | None = None,
                  work: Path | None = None) -> None:  # fmt: skip
         self.admin = admin
         self.rdb = rdb
         self.world = w
         self.github_dir = github_dir
-        self.claude = claude  # the claude CLI's directory, where it is installed
+        self.clis = dict(clis or {})  # adapter -> the directory of its installed CLI
         self.model = model  # the model stand-in behind Baton's model gateway
         self.work = work
 
@@ -208,14 +208,14 @@ def play_all(demo: Demo, scenarios: list[tuple[str, Callable[[Demo], Result]]]) 
     return outcomes
 
 
-def find_claude() -> Path | None:
-    """The directory of an installed `claude` CLI: on PATH, or where `.ci/agent-clis` puts it."""
-    found = shutil.which("claude")
+def find_cli(executable: str) -> Path | None:
+    """The directory of an installed agent CLI: on PATH, or where `.ci/agent-clis` puts it."""
+    found = shutil.which(executable)
     if found is not None:
         return Path(found).parent
     prefix = Path(os.environ.get("AGENT_CLI_PREFIX") or Path.home() / ".cache" / "baton-ci" / "agent-clis")
-    pinned = prefix / "node_modules" / ".bin"
-    return pinned if (pinned / "claude").exists() and shutil.which("node") else None
+    pinned = prefix / "bin"
+    return pinned if (pinned / executable).exists() else None
 
 
 def write_evidence(work: Path, admin: AdminClient, github_dir: Path, outcomes: list[Outcome]) -> None:

@@ -30,17 +30,19 @@ from demo.harness import (
     Demo,
     Outcome,
     baton_serving,
-    find_claude,
+    find_cli,
     play_all,
     print_table,
     signing_env,
     write_evidence,
 )
 from demo.scenarios import (
-    CLAUDE_SCRIPT,
+    AGENT_SCRIPT,
+    DEFAULT_AGENTS,
     MODEL_KEY,
     PULL_SCENARIOS,
-    SCENARIOS,
+    REAL_AGENTS,
+    issue_scenarios,
     receipts_verify,
     redis_restart_recovered,
     replay_and_audit,
@@ -51,7 +53,7 @@ from emulator.model.standin import ModelStandin
 from emulator.server import EmulatorServer, free_port
 
 
-def run(out: Path | None) -> int:
+def run(out: Path | None, agents: tuple[str, ...] = DEFAULT_AGENTS) -> int:
     started = time.monotonic()
     # Absolute: the worker's BATON_DATA_DIR lives under it, and the README runs `--out demo-out`.
     work = (out or Path(tempfile.mkdtemp(prefix="baton-demo-"))).absolute()
@@ -65,21 +67,24 @@ def run(out: Path | None) -> int:
         admin = stack.enter_context(AdminClient(github.url))
         port = free_port()
         w = world.build(admin, github.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}")
-        claude = find_claude()
-        # Every agent's model calls go through Baton's model gateway, to this stand-in for the vendor;
+        clis = {a: found for a in agents if (found := find_cli(REAL_AGENTS[a][0])) is not None}
+        # Every agent's model calls go through Baton's model gateway, to this stand-in for the vendors;
         # it answers only to the key the worker holds, which no box ever sees.
-        model = stack.enter_context(ModelStandin(CLAUDE_SCRIPT, record_dir=work / "model", api_key=MODEL_KEY))
-        agents = {"ANTHROPIC_API_KEY": MODEL_KEY, "BATON_MODEL_UPSTREAMS": f"anthropic={model.url}"}
-        if claude is not None:
-            agents["PATH"] = f"{claude}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        model = stack.enter_context(ModelStandin(AGENT_SCRIPT, record_dir=work / "model", api_key=MODEL_KEY))
+        upstreams = ",".join(f"{provider}={model.url}" for provider in ("anthropic", "openai", "gemini"))
+        env = dict.fromkeys(("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"), MODEL_KEY)
+        env["BATON_MODEL_UPSTREAMS"] = upstreams
+        if clis:
+            where = dict.fromkeys(str(d) for d in clis.values())
+            env["PATH"] = ":".join([*where, os.environ.get("PATH", "/usr/bin:/bin")])
         signing = signing_env(work, f"http://127.0.0.1:{port}")
         stack.enter_context(baton_serving(work, w, server.url, github.url, port=port,
-                                          env_extra={**agents, **signing}))  # fmt: skip
+                                          env_extra={**env, **signing}))  # fmt: skip
         rdb = stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url)))
-        demo = Demo(admin, rdb, w, github.directory, claude=claude, model=model, work=work)
+        demo = Demo(admin, rdb, w, github.directory, clis=clis, model=model, work=work)
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             pulls = pool.submit(play_all, demo, PULL_SCENARIOS)
-            outcomes = play_all(demo, SCENARIOS) + pulls.result()
+            outcomes = play_all(demo, issue_scenarios(agents)) + pulls.result()
         outcomes += play_all(demo, [
             ("Redis restarted while a maintainer labelled", redis_restart_recovered),
             ("every check run's receipt, offline", lambda d: receipts_verify(d, work, port)),
@@ -125,4 +130,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "are remade each run) and leave summary.json, checks.json, comments.json, "
                    "github-requests.jsonl, receipts/ and baton.log there; "
                    "default: a new temporary folder")  # fmt: skip
-    p.set_defaults(handler=lambda args: run(args.out))
+    p.add_argument("--agents", type=agent_list, default=DEFAULT_AGENTS, metavar="LIST",
+                   help="the real agent CLIs to play one pull request each with, where installed: 'all', or "
+                   f"a comma-separated list of {', '.join(REAL_AGENTS)} (default: claude-code); "
+                   "a CLI that is not installed is listed as skipped")  # fmt: skip
+    p.set_defaults(handler=lambda args: run(args.out, args.agents))
+
+
+def agent_list(value: str) -> tuple[str, ...]:
+    """``--agents``' type: ``all`` or known adapter names, checked before anything starts."""
+    if value == "all":
+        return tuple(REAL_AGENTS)
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in REAL_AGENTS]
+    if unknown or not names:
+        known = ", ".join(REAL_AGENTS)
+        raise argparse.ArgumentTypeError(
+            f"unknown agent CLI {', '.join(unknown) or repr(value)}: say 'all' or some of {known}"
+        )
+    return names

@@ -106,23 +106,38 @@ def cancel_long_run(demo: Demo) -> Result:
     )
 
 
-def real_claude(demo: Demo) -> Result:
-    """The real Claude Code CLI in the box, against the local model stand-in (no network, no key)."""
-    if demo.claude is None:
+#: The real agent CLIs the demo can play (``--agents``), by adapter: (executable, name). The org
+#: policy of the demo's world has an agent of each adapter's name.
+REAL_AGENTS = {
+    "claude-code": ("claude", "Claude Code"),
+    "codex": ("codex", "Codex"),
+    "gemini": ("gemini", "Gemini CLI"),
+    "qwen-code": ("qwen", "Qwen Code"),
+    "opencode": ("opencode", "OpenCode"),
+    "aider": ("aider", "Aider"),
+    "mini-swe-agent": ("mini", "mini-swe-agent"),
+}
+
+
+def real_agent(adapter: str) -> tuple[str, Callable[[Demo], Result]]:
+    """The scenario of one real CLI: in the box, against the local model stand-in (no network, no key)."""
+    executable, name = REAL_AGENTS[adapter]
+
+    def play(demo: Demo) -> Result:
+        if adapter not in demo.clis:
+            return (f"PR with {name}'s change (needs the {executable} CLI)",
+                    f"skipped: the {executable} CLI is not installed", True)  # fmt: skip
+        number = demo.issue(f"Add a greeting from {name}", "maria")
+        state = demo.wait(demo.label(number, adapter, "maria")["guid"])
+        head = demo.branch(number)
+        changed = head is not None and demo.file_at(head, AGENT_PATH) == AGENT_FILE
         return (
-            "PR with Claude's change (needs the claude CLI)",
-            "skipped: the claude CLI is not installed",
-            True,
+            f"PR with {name}'s change, made in the box",
+            f"{state}, change {'in' if changed else 'missing'}",
+            (state == "pr_opened" and changed and len(demo.pulls(number)) == 1),
         )
-    number = demo.issue("Add a greeting from Claude", "maria")
-    state = demo.wait(demo.label(number, "claude-code", "maria")["guid"])
-    head = demo.branch(number)
-    changed = head is not None and demo.file_at(head, "hello-claude.txt") == CLAUDE_FILE
-    return (
-        "PR with Claude's change, made in the box",
-        f"{state}, change {'in' if changed else 'missing'}",
-        (state == "pr_opened" and changed and len(demo.pulls(number)) == 1),
-    )
+
+    return f"the real {name} CLI, where installed", play
 
 
 #: What the model stand-in answers to the real key, and nothing else: the gateway must send it.
@@ -210,9 +225,11 @@ def model_exfiltration_refused(demo: Demo) -> Result:
     )
 
 
-CLAUDE_FILE = "hello from Claude Code, through Baton's box\n"
-CLAUDE_SCRIPT = {"workspace": "/workspace", "steps": [
-    {"write": {"path": "hello-claude.txt", "content": CLAUDE_FILE}}, {"text": "Done."}]}  # fmt: skip
+#: What every real CLI is told by the model stand-in: one provider-neutral script for all of them.
+AGENT_PATH = "hello-agent.txt"
+AGENT_FILE = "hello from a real agent CLI, through Baton's box\n"
+AGENT_SCRIPT = {"workspace": "/workspace", "steps": [
+    {"write": {"path": AGENT_PATH, "content": AGENT_FILE}}, {"text": "Done."}]}  # fmt: skip
 
 
 def reader_labels(demo: Demo) -> Result:
@@ -453,13 +470,17 @@ def offline_retry(demo: Demo) -> Result:
     )
 
 
-#: Issue scenarios, played one after another (some build on the one before).
-SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
+Scenario = tuple[str, Callable[[Demo], Result]]
+
+#: Issue scenarios, played one after another (some build on the one before): these, then one per
+#: real CLI (``--agents``), then AFTER_REAL_CLIS.
+BEFORE_REAL_CLIS: list[Scenario] = [
     ("maintainer labels an issue agent:script", maintainer_labels),
     ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
     ("a run over its daily budget", over_budget),
     ("/baton cancel during a long run", cancel_long_run),
-    ("the real Claude Code CLI, where installed", real_claude),
+]
+AFTER_REAL_CLIS: list[Scenario] = [
     ("reader labels an issue agent:claude-code", reader_labels),
     ("a stranger comments /baton run", stranger_comments),
     ("an account with no .github repository", no_org_repo),
@@ -468,8 +489,16 @@ SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
     ("an injected agent sends the repo out via its model API", model_exfiltration_refused),
     ("maintainer: /baton run researcher --offline", offline_retry),
 ]
+#: The real CLIs played unless ``--agents`` says otherwise.
+DEFAULT_AGENTS = ("claude-code",)
+
+
+def issue_scenarios(agents: tuple[str, ...] = DEFAULT_AGENTS) -> list[Scenario]:
+    return [*BEFORE_REAL_CLIS, *(real_agent(a) for a in agents), *AFTER_REAL_CLIS]
+
+
 #: Pull-request scenarios: on the gates queue, so they play alongside the issue scenarios.
-PULL_SCENARIOS: list[tuple[str, Callable[[Demo], Result]]] = [
+PULL_SCENARIOS: list[Scenario] = [
     ("a pull request is opened", pull_request_opened),
     ("a PR whose command gates pass", gates_pass),
     ("a PR with a failing gate", gate_fails),

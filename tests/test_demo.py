@@ -35,7 +35,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    count = len(scenarios.SCENARIOS) + len(scenarios.PULL_SCENARIOS) + 3  # and the three played last
+    count = len(scenarios.issue_scenarios()) + len(scenarios.PULL_SCENARIOS) + 3  # and the three played last
     assert f"{count}/{count} scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
@@ -43,7 +43,7 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
     # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
     [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]
-    assert ("skipped" in claude["observed"]) == (harness.find_claude() is None)
+    assert ("skipped" in claude["observed"]) == (harness.find_cli("claude") is None)
 
     checks = json.loads((out / "checks.json").read_text())
     concluded = {(c["name"], c["conclusion"]) for c in checks}

@@ -133,19 +133,22 @@ def test_dockerfile_installs_what_the_box_needs() -> None:
         assert package in always, package
     assert "nodejs" not in always
     assert "npm" not in always
-    # Node.js only when an agent CLI is asked for.
-    only_for_agents = re.search(r'if \[ -n "\$\{AGENTS\}" \]; then (.*?) fi', runs)
+    # Node.js only when an npm agent CLI is asked for.
+    only_for_agents = re.search(r'if \[ -n "\$\{packages\}" \]; then (.*?) fi', runs)
     assert only_for_agents is not None
     assert "apt-get install -y --no-install-recommends nodejs npm" in only_for_agents.group(1)
 
 
 def test_dockerfile_pins_the_agent_clis_of_ci() -> None:
     assert any(arg.startswith("AGENTS=") for arg in instructions("ARG"))
-    pinned = re.findall(r'^\s*"(\S+) (\S+) \S+"$', (ROOT / ".ci" / "agent-clis").read_text(), re.MULTILINE)
-    assert pinned, "no pins found in .ci/agent-clis"
+    ci = (ROOT / ".ci" / "agent-clis").read_text()
+    npm = re.findall(r'^\s*"(\S+) (\S+) \S+"$', ci, re.MULTILINE)
+    pip = re.findall(r'^\s*"(\S+) (\S+) \S+ --\S+"$', ci, re.MULTILINE)
+    assert npm, "no npm pins found in .ci/agent-clis"
+    assert pip, "no PyPI pins found in .ci/agent-clis"
     runs = " ".join(instructions("RUN"))
-    in_image = dict(re.findall(r"(@[a-z0-9-]+/[a-z0-9-]+)@(\d+\.\d+\.\d+)", runs))
-    assert in_image == dict(pinned)
+    assert dict(re.findall(r"((?:@[a-z0-9-]+/)?[a-z0-9-]+)@(\d+\.\d+\.\d+)", runs)) == dict(npm)
+    assert dict(re.findall(r":([a-z0-9-]+)==(\d+\.\d+\.\d+)", runs)) == dict(pip)
     assert "npm install" in runs
 
 

@@ -4,6 +4,7 @@ machine's box, as a real process (exit code and the printed lines)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from tests.conftest import EvidenceKeys
 from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
 from worker.policy import MODEL_KEYS
+from worker.runner import adapters
 from worker.runner.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +303,30 @@ def test_agent_clis() -> None:
     broken = judge.agent_clis([judge.AgentCli("claude-code", "claude", "/x/claude", None, "reinstall")])
     assert broken.status is WARN
     assert "it may not run" in broken.detail
+
+
+def test_an_installed_cli_other_than_the_verified_version_is_a_warning_with_the_install_line() -> None:
+    hint = "npm install -g @anthropic-ai/claude-code@2.1.197"
+    newer = judge.AgentCli("claude-code", "claude", "/opt/x/claude", "2.2.0", hint, pinned="2.1.197")
+    check = judge.agent_clis([newer])
+    assert check.status is WARN
+    assert "claude-code is 2.2.0, verified with 2.1.197" in check.detail
+    assert check.fix is not None
+    assert hint in check.fix
+    same = judge.AgentCli("claude-code", "claude", "/opt/x/claude", "2.1.197", hint, pinned="2.1.197")
+    assert judge.agent_clis([same]).status is OK
+
+
+def test_every_pinned_cli_is_the_version_its_adapter_was_verified_with() -> None:
+    """.ci/agent-clis installs what CI runs; each adapter names the same version as verified."""
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "agent-clis").read_text()
+    pins = {exe: version for version, exe in re.findall(r'^\s*"\S+ (\S+) (\S+)(?: --\S+)?"$', ci, re.M)}
+    assert pins, "no pins found in .ci/agent-clis"
+    verified = {spec.executable: spec for spec in adapters.SPECS.values() if spec.pinned is not None}
+    assert {exe: spec.pinned for exe, spec in verified.items()} == pins
+    for spec in verified.values():
+        assert spec.pinned is not None
+        assert spec.pinned in spec.install_hint, spec.name
 
 
 def test_warnings_do_not_fail_the_run() -> None:

@@ -603,6 +603,7 @@ class AgentCli:
     path: str | None  # None: not on the runner's PATH
     version: str | None
     install_hint: str = field(default="", compare=False)
+    pinned: str | None = None  # the version the adapter was verified with
 
 
 def agent_clis(found: Sequence[AgentCli]) -> Check:
@@ -620,6 +621,15 @@ def agent_clis(found: Sequence[AgentCli]) -> Check:
             Status.WARN,
             f"{listed}{missing}; no version from {which}: it may not run",
             "reinstall it; " + "; ".join(a.install_hint for a in broken),
+        )
+    drifted = [a for a in present if a.pinned is not None and a.version is not None and a.version != a.pinned]
+    if drifted:
+        which = ", ".join(f"{a.adapter} is {a.version}, verified with {a.pinned}" for a in drifted)
+        return Check(
+            name,
+            Status.WARN,
+            f"{listed}{missing}; {which}: a flag, an output format or its traffic may have changed",
+            "install the verified version: " + "; ".join(a.install_hint for a in drifted),
         )
     if not vendors:
         hints = "; ".join(a.install_hint for a in found if a.adapter in ("claude-code", "codex"))

@@ -329,5 +329,6 @@ def gather_agents(search_path: str) -> list[judge.AgentCli]:
         where = shutil.which(spec.executable, path=spec.system_path or search_path)
         path = os.path.abspath(where) if where else None
         version = adapters.version(spec, path) if path else None
-        found.append(judge.AgentCli(spec.name, spec.executable, path, version, spec.install_hint))
+        cli = judge.AgentCli(spec.name, spec.executable, path, version, spec.install_hint, spec.pinned)
+        found.append(cli)
     return found

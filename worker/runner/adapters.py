@@ -105,6 +105,8 @@ class AdapterSpec:
     result_format: ResultFormat
     #: Asked on the host, outside the box: empty for anything Baton did not choose (a policy's command).
     version_argv: tuple[str, ...] = ("--version",)
+    #: The version the adapter was verified with (.ci/agent-clis installs it; `baton doctor` compares).
+    pinned: str | None = None
     #: Baton tool -> the CLI's own tool names: granted ones follow allow_flag, the rest deny_flag.
     tool_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     allow_flag: str | None = None
@@ -378,6 +380,7 @@ _SPECS = (
         name="claude-code",
         executable="claude",
         install_hint="npm install -g @anthropic-ai/claude-code@2.1.197",
+        pinned="2.1.197",
         argv=_words(
             "-p --output-format json --permission-mode acceptEdits --max-turns {max_turns} "
             "--no-session-persistence --setting-sources user --strict-mcp-config"
@@ -402,6 +405,7 @@ _SPECS = (
         name="codex",
         executable="codex",
         install_hint="npm install -g @openai/codex@0.171.0",
+        pinned="0.171.0",
         argv=_words(
             "exec --json --skip-git-repo-check -c analytics.enabled=false --disable plugins "
             "--disable remote_plugin --disable apps --dangerously-bypass-approvals-and-sandbox"
