@@ -474,6 +474,7 @@ _SPECS = (
         name="opencode",
         executable="opencode",
         install_hint="npm install -g opencode-ai@1.18.33",
+        pinned="1.18.33",
         argv=("run", "--format", "json", "--title", "baton"),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.OPENCODE_JSONL,
