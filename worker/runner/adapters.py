@@ -328,18 +328,21 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-#: Key env -> (gateway path, OpenCode provider package, model) for the providers OpenCode reaches through
-#: the gateway. [observed 1.18.33] @ai-sdk/openai-compatible is bundled in the binary (no npm download,
-#: works offline) and speaks Chat Completions at {baseURL}/chat/completions; [observed earlier, see
-#: docs/agents.md] @ai-sdk/anthropic speaks {baseURL}/messages with x-api-key. The models are Baton's
+#: Key env -> (gateway path and API version, OpenCode provider package, model) for the providers OpenCode
+#: reaches through the gateway. [observed 1.18.33] The three packages are bundled in the binary (no npm
+#: download, works offline): @ai-sdk/openai-compatible streams Chat Completions from
+#: {baseURL}/chat/completions with Bearer, @ai-sdk/anthropic {baseURL}/messages with x-api-key, and
+#: @ai-sdk/google {baseURL}/models/M:streamGenerateContent with x-goog-api-key. The models are Baton's
 #: choice (a policy cannot name one yet), not checked against the vendors.
 _OPENCODE_PROVIDERS = {
-    "OPENAI_API_KEY": ("openai", "@ai-sdk/openai-compatible", "gpt-5.5"),
-    "ANTHROPIC_API_KEY": ("anthropic", "@ai-sdk/anthropic", "claude-sonnet-4-5"),
-    "MISTRAL_API_KEY": ("mistral", "@ai-sdk/openai-compatible", "devstral-medium-latest"),
-    "DEEPSEEK_API_KEY": ("deepseek", "@ai-sdk/openai-compatible", "deepseek-chat"),
-    "GROQ_API_KEY": ("groq", "@ai-sdk/openai-compatible", "openai/gpt-oss-120b"),
-    "OPENROUTER_API_KEY": ("openrouter", "@ai-sdk/openai-compatible", "openai/gpt-5.5"),
+    "OPENAI_API_KEY": ("openai/v1", "@ai-sdk/openai-compatible", "gpt-5.5"),
+    "ANTHROPIC_API_KEY": ("anthropic/v1", "@ai-sdk/anthropic", "claude-sonnet-4-5"),
+    "MISTRAL_API_KEY": ("mistral/v1", "@ai-sdk/openai-compatible", "devstral-medium-latest"),
+    "DEEPSEEK_API_KEY": ("deepseek/v1", "@ai-sdk/openai-compatible", "deepseek-chat"),
+    "GROQ_API_KEY": ("groq/v1", "@ai-sdk/openai-compatible", "openai/gpt-oss-120b"),
+    "OPENROUTER_API_KEY": ("openrouter/v1", "@ai-sdk/openai-compatible", "openai/gpt-5.5"),
+    "GEMINI_API_KEY": ("gemini/v1beta", "@ai-sdk/google", "gemini-3.5-flash"),
+    "GOOGLE_API_KEY": ("gemini/v1beta", "@ai-sdk/google", "gemini-3.5-flash"),
 }
 #: Nothing listens on the box's loopback but Baton's two forwarders, so a connection here is refused at
 #: once [observed 1.18.33: its background fetch of @opencode-ai/plugin from the npm registry, which no
@@ -363,7 +366,7 @@ def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, st
                                  "instructions": [f"{context.workspace}/AGENTS.md"]}  # fmt: skip
     if context.model_base_url is not None and context.key_env is not None:
         path, package, model = _OPENCODE_PROVIDERS.get(context.key_env, _OPENCODE_PROVIDERS["OPENAI_API_KEY"])
-        base = f"{context.model_base_url}/{path}/v1"
+        base = f"{context.model_base_url}/{path}"
         options = {"baseURL": base, "apiKey": "{env:" + context.key_env + "}"}
         config["provider"] = {"baton": {"npm": package, "name": "Baton model gateway", "options": options,
                                         "models": {model: {}}}}  # fmt: skip

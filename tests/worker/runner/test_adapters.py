@@ -306,16 +306,17 @@ def test_opencode_runs_with_its_whole_config_from_baton_and_none_from_the_reposi
 
 @pytest.mark.parametrize(
     ("key", "package", "path"),
-    [("ANTHROPIC_API_KEY", "@ai-sdk/anthropic", "anthropic"),
-     ("GROQ_API_KEY", "@ai-sdk/openai-compatible", "groq"),
-     ("OPENROUTER_API_KEY", "@ai-sdk/openai-compatible", "openrouter")],
+    [("ANTHROPIC_API_KEY", "@ai-sdk/anthropic", "anthropic/v1"),
+     ("GROQ_API_KEY", "@ai-sdk/openai-compatible", "groq/v1"),
+     ("OPENROUTER_API_KEY", "@ai-sdk/openai-compatible", "openrouter/v1"),
+     ("GEMINI_API_KEY", "@ai-sdk/google", "gemini/v1beta")],
 )  # fmt: skip
 def test_opencode_talks_to_the_provider_whose_key_the_policy_passes(
     bin_dir: Path, key: str, package: str, path: str
 ) -> None:
     inv = invoke("opencode", bin_dir, env=(key,))
     baton = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])["provider"]["baton"]
-    assert (baton["npm"], baton["options"]["baseURL"]) == (package, f"{GATEWAY}/{path}/v1")
+    assert (baton["npm"], baton["options"]["baseURL"]) == (package, f"{GATEWAY}/{path}")
     assert baton["options"]["apiKey"] == "{env:" + key + "}"
     assert inv.env[key] == PLACEHOLDER
 

@@ -35,17 +35,29 @@ agents:
     model_endpoints: [api.anthropic.com]
     env: [ANTHROPIC_API_KEY]
     timeout: 40s
+  opencode-gemini:
+    adapter: opencode
+    tools: [read_repo, search_repo, edit_files]
+    model_endpoints: [generativelanguage.googleapis.com]
+    env: [GEMINI_API_KEY]
+    timeout: 40s
 """
 KEY = "sk-test-not-a-secret"
-#: For a GPT model OpenCode offers ``apply_patch{patchText}`` instead of ``write`` and ``edit`` [observed].
+#: For a GPT model OpenCode offers ``apply_patch{patchText}`` instead of ``write`` and ``edit`` [observed],
+#: which the stand-in's provider-neutral ``write`` step does not render: that call is given as is.
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from opencode\n*** End Patch"
 WRITE = {"filePath": "/workspace/hello.txt", "content": "hello from opencode\n"}
-#: agent -> (provider, its host, the key's env name, the call that writes hello.txt, the stand-in's path).
+HELLO = {"write": {"path": "hello.txt", "content": "hello from opencode\n"}}
+#: agent -> (provider, its host, the key's env name, the step that writes hello.txt, the tool it is
+#: done with, the path the stand-in sees).
 PROVIDERS = {
-    "opencode": ("openai", "api.openai.com", "OPENAI_API_KEY", ("apply_patch", {"patchText": PATCH}),
+    "opencode": ("openai", "api.openai.com", "OPENAI_API_KEY",
+                 {"tool": {"name": "apply_patch", "input": {"patchText": PATCH}}}, "apply_patch",
                  "/v1/chat/completions"),
-    "opencode-claude": ("anthropic", "api.anthropic.com", "ANTHROPIC_API_KEY", ("write", WRITE),
-                        "/v1/messages"),
+    "opencode-claude": ("anthropic", "api.anthropic.com", "ANTHROPIC_API_KEY",
+                        {"tool": {"name": "write", "input": WRITE}}, "write", "/v1/messages"),
+    "opencode-gemini": ("gemini", "generativelanguage.googleapis.com", "GEMINI_API_KEY", HELLO, "write",
+                        "/v1beta/models/gemini-3.5-flash:streamGenerateContent"),
 }  # fmt: skip
 
 
@@ -58,7 +70,7 @@ def _baton_run(
     agent: str = "opencode",
     key: str = KEY,
 ) -> tuple[int, dict[str, Any]]:
-    provider, _, key_env, _, _ = PROVIDERS[agent]
+    provider, _, key_env, _, _, _ = PROVIDERS[agent]
     org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
     org.write_text(ORG)
     issue.write_text("# Say hello\n\nPlease.\n")
@@ -71,12 +83,16 @@ def _baton_run(
 
 
 def _offered(request: dict[str, Any]) -> set[str]:
-    """Tool names a request offers: Chat Completions' ``function.name`` or Anthropic's ``name``."""
-    names = set()
+    """Tool names a request offers: Chat Completions' ``function.name``, Anthropic's ``name``, Gemini's
+    ``functionDeclarations[].name``."""
+    names: set[str] = set()
     for tool in request.get("body", {}).get("tools") or []:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        name = function.get("name") if isinstance(function, dict) else tool.get("name")
-        names.add(name)
+        function = tool.get("function")
+        declared = tool.get("functionDeclarations")
+        if isinstance(declared, list):
+            names.update(d.get("name") for d in declared)
+        else:
+            names.add(function.get("name") if isinstance(function, dict) else tool.get("name"))
     return names
 
 
@@ -84,13 +100,13 @@ def _offered(request: dict[str, Any]) -> set[str]:
 def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model(
     tmp_path: Path, repo: Path, agent_cli_bin: Path, agent: str
 ) -> None:
-    _, host, _, (tool, args), path = PROVIDERS[agent]
+    _, host, _, step, tool, path = PROVIDERS[agent]
     (repo / "AGENTS.md").write_text("Greet in plain words. Marker: agents-md-4711.\n")
     git(repo, "add", "AGENTS.md")
     git(repo, "commit", "-q", "-m", "instructions for agents")
     script = {
         "workspace": "/workspace",
-        "steps": [{"tool": {"name": tool, "input": args}}, {"text": "Done."}],
+        "steps": [step, {"text": "Done."}],
     }
     with ModelStandin(script, api_key=KEY) as model:
         code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent=agent)
