@@ -35,6 +35,12 @@ agents:
     model_endpoints: [api.anthropic.com]
     env: [ANTHROPIC_API_KEY]
     timeout: 40s
+  opencode-shell:
+    adapter: opencode
+    tools: [read_repo, search_repo, edit_files, run_shell]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
+    timeout: 40s
   opencode-gemini:
     adapter: opencode
     tools: [read_repo, search_repo, edit_files]
@@ -70,7 +76,7 @@ def _baton_run(
     agent: str = "opencode",
     key: str = KEY,
 ) -> tuple[int, dict[str, Any]]:
-    provider, _, key_env, _, _, _ = PROVIDERS[agent]
+    provider, _, key_env, _, _, _ = PROVIDERS["opencode" if agent == "opencode-shell" else agent]
     org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
     org.write_text(ORG)
     issue.write_text("# Say hello\n\nPlease.\n")
@@ -152,6 +158,22 @@ def test_a_shell_the_policy_did_not_grant_is_not_offered_and_a_call_to_it_is_ref
     answer = requests[1]["body"]["messages"][-1]
     assert answer["role"] == "tool"
     assert "unavailable tool 'bash'" in answer["content"]
+    assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.openai.com", True)}
+
+
+def test_a_granted_shell_runs_in_the_box_and_its_file_is_committed(
+    tmp_path: Path, repo: Path, agent_cli_bin: Path
+) -> None:
+    script = {
+        "workspace": "/workspace",
+        "steps": [{"bash": "echo from the shell > shell.txt"}, {"text": "Ran."}],
+    }
+    with ModelStandin(script, api_key=KEY) as model:
+        code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent="opencode-shell")
+        requests = model.requests()
+    assert code == 0, json.dumps(record, indent=1)[-3000:]
+    assert git(repo, "show", f"{record['commit']}:shell.txt") == "from the shell"
+    assert all("bash" in _offered(r) for r in requests)
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.openai.com", True)}
 
 
