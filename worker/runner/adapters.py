@@ -82,6 +82,7 @@ class Context:
     granted: frozenset[str]
     model_base_url: str | None  # the model gateway's root as the box sees it, no trailing slash
     key_env: str | None  # the env name that holds this CLI's model key (the run's placeholder), if any
+    workspace: str = "/workspace"  # the task's worktree as the box sees it
 
 
 #: (extra argv, extra env) for what a flat template cannot say (a TOML or JSON config value).
@@ -213,7 +214,7 @@ def build_invocation(
     else:
         key_env = None
     env.update(spec.fixed_env)
-    context = Context(agent, granted, base, key_env)
+    context = Context(agent, granted, base, key_env, workspace)
     if spec.configure is not None:
         extra_argv, extra_env = spec.configure(context)
         argv += extra_argv
@@ -307,8 +308,10 @@ def _codex_provider(context: Context) -> tuple[tuple[str, ...], Mapping[str, str
     return ("-c", "model_provider=baton", "-c", "model_providers.baton={" + ",".join(fields) + "}"), {}
 
 
-#: Baton tool -> opencode permission names [documented: edit, bash, webfetch; the rest inferred].
-_OPENCODE_PERMISSIONS = {"read_repo": ("read", "list"), "search_repo": ("glob", "grep"),
+#: Baton tool -> OpenCode permission keys [observed 1.18.33: a denied key's tools are not offered at all,
+#: and a call to one comes back "Model tried to call unavailable tool 'bash'"]; ``edit`` covers write,
+#: edit and apply_patch; ``list`` has no tool in 1.18.33 but is a known key.
+_OPENCODE_PERMISSIONS = {"read_repo": ("read",), "search_repo": ("glob", "grep", "list"),
                          "edit_files": ("edit",), "run_shell": ("bash",), "web_fetch": ("webfetch",),
                          "web_search": ("websearch",)}  # fmt: skip
 #: Claude Code's WebSearch, Codex's web search and Gemini CLI's google_web_search are run by the
@@ -325,17 +328,49 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
+#: Key env -> (gateway path and API version, OpenCode provider package, model) for the providers OpenCode
+#: reaches through the gateway. [observed 1.18.33] The three packages are bundled in the binary (no npm
+#: download, works offline): @ai-sdk/openai-compatible streams Chat Completions from
+#: {baseURL}/chat/completions with Bearer, @ai-sdk/anthropic {baseURL}/messages with x-api-key, and
+#: @ai-sdk/google {baseURL}/models/M:streamGenerateContent with x-goog-api-key. The models are Baton's
+#: choice (a policy cannot name one yet), not checked against the vendors.
+_OPENCODE_PROVIDERS = {
+    "OPENAI_API_KEY": ("openai/v1", "@ai-sdk/openai-compatible", "gpt-5.5"),
+    "ANTHROPIC_API_KEY": ("anthropic/v1", "@ai-sdk/anthropic", "claude-sonnet-4-5"),
+    "MISTRAL_API_KEY": ("mistral/v1", "@ai-sdk/openai-compatible", "devstral-medium-latest"),
+    "DEEPSEEK_API_KEY": ("deepseek/v1", "@ai-sdk/openai-compatible", "deepseek-chat"),
+    "GROQ_API_KEY": ("groq/v1", "@ai-sdk/openai-compatible", "openai/gpt-oss-120b"),
+    "OPENROUTER_API_KEY": ("openrouter/v1", "@ai-sdk/openai-compatible", "openai/gpt-5.5"),
+    "GEMINI_API_KEY": ("gemini/v1beta", "@ai-sdk/google", "gemini-3.5-flash"),
+    "GOOGLE_API_KEY": ("gemini/v1beta", "@ai-sdk/google", "gemini-3.5-flash"),
+}
+#: Nothing listens on the box's loopback but Baton's two forwarders, so a connection here is refused at
+#: once [observed 1.18.33: its background fetch of @opencode-ai/plugin from the npm registry, which no
+#: flag stops, then gives up silently and the run goes on; through the egress proxy it would show as a
+#: refused host in every run's egress].
+_NO_REGISTRY = "http://127.0.0.1:9/"
+_OPENCODE_ENV = {"OPENCODE_DISABLE_PROJECT_CONFIG": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+                 "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+                 "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "npm_config_registry": _NO_REGISTRY}  # fmt: skip
+
+
 def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
-    """The whole run's config in OPENCODE_CONFIG_CONTENT (merged last, over any opencode.json in the
-    repository) [documented]: every mapped permission explicit, so nothing is left to "ask"."""
+    """The run's whole config in OPENCODE_CONFIG_CONTENT, with the repository's own config off
+    (OPENCODE_DISABLE_PROJECT_CONFIG): every mapped permission explicit, one provider "baton" at the
+    gateway for both the model and the small model, and the repository's AGENTS.md kept by path."""
     permission = {name: "allow" if tool in context.granted else "deny"
                   for tool, names in _OPENCODE_PERMISSIONS.items() for name in names}  # fmt: skip
     permission["external_directory"] = "deny"
     config: dict[str, object] = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
-                                 "share": "disabled", "permission": permission}  # fmt: skip
-    if context.model_base_url is not None:  # [inferred] provider.<id>.options.baseURL
-        config["provider"] = {p: {"options": {"baseURL": f"{context.model_base_url}/{p}/v1"}}
-                              for p in ("anthropic", "openai")}  # fmt: skip
+                                 "share": "disabled", "permission": permission,
+                                 "instructions": [f"{context.workspace}/AGENTS.md"]}  # fmt: skip
+    if context.model_base_url is not None and context.key_env is not None:
+        path, package, model = _OPENCODE_PROVIDERS.get(context.key_env, _OPENCODE_PROVIDERS["OPENAI_API_KEY"])
+        base = f"{context.model_base_url}/{path}"
+        options = {"baseURL": base, "apiKey": "{env:" + context.key_env + "}"}
+        config["provider"] = {"baton": {"npm": package, "name": "Baton model gateway", "options": options,
+                                        "models": {model: {}}}}  # fmt: skip
+        config["model"] = config["small_model"] = f"baton/{model}"
     return (), {"OPENCODE_CONFIG_CONTENT": json.dumps(config, sort_keys=True)}
 
 
@@ -429,16 +464,28 @@ _SPECS = (
         key_envs=_ANY_KEY,
     ),
     AdapterSpec(
-        # [documented] `opencode run` reads a piped stdin to its end and adds it to the message;
-        # --format json; permission allow/deny; OPENCODE_CONFIG_CONTENT. [inferred] the event shapes.
+        # [observed 1.18.33] `run --format json --title T MESSAGE` with the prompt on stdin: OpenCode reads
+        # stdin to its end and sends `"MESSAGE"\nSTDIN` as one user message; JSON events on stdout, errors
+        # too (one {"type":"error"} line, rc 1). --title skips the title request (a tool-less call to the
+        # small model). Edits need no approval flag; a permission left at "ask" is auto-rejected in `run`,
+        # never waited on. A repository's opencode.json or .opencode/ (agents, plugins, custom tools) is
+        # skipped with OPENCODE_DISABLE_PROJECT_CONFIG=1: without it a repository's
+        # agent.build.permission.bash="allow" overrides the top-level deny, and its plugins are code run
+        # inside the CLI. OPENCODE_DISABLE_MODELS_FETCH=1 stops the fetch of models.dev. It writes under
+        # ~/.config/opencode, ~/.local/share/opencode (its database, logs, a snapshot git repository of
+        # the worktree), ~/.local/state/opencode and ~/.cache/opencode: the box's HOME.
         name="opencode",
         executable="opencode",
-        install_hint="npm install -g opencode-ai",
-        argv=("run", "--format", "json"),
+        install_hint="npm install -g opencode-ai@1.18.33",
+        pinned="1.18.33",
+        argv=("run", "--format", "json", "--title", "baton"),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.OPENCODE_JSONL,
         trailing=(STDIN_POINTER,),
-        key_envs=_ANY_KEY,
+        fixed_env=_OPENCODE_ENV,
+        repertoire=tuple(_OPENCODE_PERMISSIONS),
+        key_envs=tuple(_OPENCODE_PROVIDERS),
+        placeholder_key_env="OPENAI_API_KEY",
         configure=_opencode_config,
     ),
     AdapterSpec(

@@ -31,7 +31,7 @@ class ResultFormat(StrEnum):
     CLAUDE_JSON = "claude-json"  # one JSON object: --output-format json [observed]
     CODEX_JSONL = "codex-jsonl"  # exec --json events [observed]
     GEMINI_JSON = "gemini-json"  # --output-format json: {response, stats, error} [documented]
-    OPENCODE_JSONL = "opencode-jsonl"  # run --format json events [inferred shape]
+    OPENCODE_JSONL = "opencode-jsonl"  # run --format json events [observed, 1.18.33]
     SCRIPT = "script"  # Baton's script agent: its last stdout line
     TEXT = "text"  # exit code and the output's tail
 
@@ -288,32 +288,80 @@ def _gemini(text: str, reading: _Reading) -> None:
                 reading.output_tokens = _add(reading.output_tokens, tokens.get("candidates"))
 
 
+#: OpenCode's words for a call its permission rules refused, or that the user (in `run`, itself) rejected.
+_OPENCODE_REFUSALS = ("a rule which prevents you from using", "rejected permission to use")
+#: OpenCode's file tools that name one file in ``filePath``.
+_OPENCODE_EDITS = frozenset({"write", "edit", "multiedit"})
+
+
 def _opencode(text: str, reading: _Reading) -> None:
-    """JSONL events; ``step_finish`` parts carry tokens and cost, ``text`` parts the reply [inferred]."""
+    """JSONL events [observed, 1.18.33]: ``step_finish`` parts carry tokens and cost, ``text`` parts the
+    reply, ``tool_use`` parts a call and its ``state``; a call to a tool not offered comes back as the
+    tool ``invalid`` naming the one asked for; ``error`` events (on stdout, rc 1) say why it stopped."""
     seen = False
     for event in _lines(text, reading):
         if not isinstance(event, Mapping):
             continue
         seen = True
         part_value = event.get("part")
-        part: Mapping[str, Any] = part_value if isinstance(part_value, Mapping) else event
+        part: Mapping[str, Any] = part_value if isinstance(part_value, Mapping) else {}
         kind = event.get("type")
-        if kind == "error" or "error" in event:
+        if kind == "error":
             reading.reported_error = True
-            reading.subtype = "error"
+            error = event.get("error")
+            name = error.get("name") if isinstance(error, Mapping) else None
+            data = error.get("data") if isinstance(error, Mapping) else None
+            reading.subtype = _name(name) or "error"
+            reading.summary = (
+                _summary(data.get("message") if isinstance(data, Mapping) else None) or reading.summary
+            )
         elif kind == "text":
             reading.summary = _summary(part.get("text")) or reading.summary
+        elif kind == "tool_use":
+            _opencode_tool(part, reading)
         elif kind == "step_finish":
             reading.num_turns = (reading.num_turns or 0) + 1
             tokens = part.get("tokens")
             if isinstance(tokens, Mapping):
                 reading.input_tokens = _add(reading.input_tokens, tokens.get("input"))
+                cache = tokens.get("cache")
+                if isinstance(cache, Mapping):
+                    reading.input_tokens = _add(reading.input_tokens, cache.get("read"))
+                    reading.input_tokens = _add(reading.input_tokens, cache.get("write"))
                 reading.output_tokens = _add(reading.output_tokens, tokens.get("output"))
             cost = _money(part.get("cost"))
             if cost is not None:
-                reading.cost_usd = (reading.cost_usd or 0.0) + cost
+                reading.cost_usd = min((reading.cost_usd or 0.0) + cost, 1e9)
     if not seen:
         reading.notes.append("no JSON events in the output")
+
+
+def _opencode_tool(part: Mapping[str, Any], reading: _Reading) -> None:
+    state_value = part.get("state")
+    state: Mapping[str, Any] = state_value if isinstance(state_value, Mapping) else {}
+    given = state.get("input")
+    args: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    tool, status = _name(part.get("tool")) or "?", state.get("status")
+    error = state.get("error")
+    if tool == "invalid":  # asked for a tool it was not offered (a denied one among them)
+        reading.denials.append(_name(args.get("tool")) or "?")
+    elif status == "error" and isinstance(error, str) and any(words in error for words in _OPENCODE_REFUSALS):
+        reading.denials.append(tool)
+    ok = status == "completed"
+    found = state.get("metadata")
+    metadata: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    resolved = metadata.get("filepath")  # absolute; the input's filePath is as the model wrote it
+    path = resolved if isinstance(resolved, str) else args.get("filePath")
+    if tool in _OPENCODE_EDITS and isinstance(path, str):
+        kind = "add" if tool == "write" and metadata.get("exists") is False else "update"
+        reading.changes.append(ReportedChange(path[:4096], kind, ok))
+    elif tool == "apply_patch":
+        files = metadata.get("files")
+        for item in files[:MAX_ITEMS] if isinstance(files, list) else ():
+            if isinstance(item, Mapping) and isinstance(item.get("filePath"), str):
+                reading.changes.append(
+                    ReportedChange(item["filePath"][:4096], _name(item.get("type")) or "?", ok)
+                )
 
 
 def _script(text: str, reading: _Reading) -> None:

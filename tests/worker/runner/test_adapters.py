@@ -247,7 +247,7 @@ def test_codex_without_a_key_listed_or_a_model(bin_dir: Path) -> None:
     assert direct.argv[-1] == "-"
 
 
-# --- gemini, aider, opencode (documented or inferred; see adapters.py) ---------------------
+# --- gemini, aider (documented or inferred; see adapters.py); opencode [observed 1.18.33] --------
 
 
 def test_gemini(bin_dir: Path) -> None:
@@ -278,18 +278,57 @@ def test_aider(bin_dir: Path) -> None:
     assert "--no-detect-urls" not in granted.argv
 
 
-def test_opencode(bin_dir: Path) -> None:
-    inv = invoke("opencode", bin_dir, tools=("read_repo", "edit_files"))
-    assert inv.argv[1:] == ("run", "--format", "json", adapters.STDIN_POINTER)
+def test_opencode_runs_with_its_whole_config_from_baton_and_none_from_the_repository(bin_dir: Path) -> None:
+    inv = invoke("opencode", bin_dir, tools=("read_repo", "edit_files"), env=("OPENAI_API_KEY",))
+    assert inv.argv[1:] == ("run", "--format", "json", "--title", "baton", adapters.STDIN_POINTER)
+    assert inv.stdin == PROMPT.encode()
+    for name in (
+        "OPENCODE_DISABLE_PROJECT_CONFIG",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_SHARE",
+    ):
+        assert inv.env[name] == "1"
+    assert inv.env["npm_config_registry"] == "http://127.0.0.1:9/"  # nothing listens there in the box
+    assert inv.env["OPENAI_API_KEY"] == PLACEHOLDER
+    assert inv.home_files == {}
     config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
     assert config["permission"] == {
-        "read": "allow", "list": "allow", "glob": "deny", "grep": "deny", "edit": "allow", "bash": "deny",
+        "read": "allow", "glob": "deny", "grep": "deny", "list": "deny", "edit": "allow", "bash": "deny",
         "webfetch": "deny", "websearch": "deny", "external_directory": "deny",
     }  # fmt: skip
-    assert config["autoupdate"] is False
-    assert config["share"] == "disabled"
-    assert config["provider"]["anthropic"]["options"]["baseURL"] == f"{GATEWAY}/anthropic/v1"
-    assert config["provider"]["openai"]["options"]["baseURL"] == f"{GATEWAY}/openai/v1"
+    assert (config["autoupdate"], config["share"]) == (False, "disabled")
+    assert config["instructions"] == [f"{WORKSPACE}/AGENTS.md"]  # the repository's AGENTS.md, by path
+    assert config["provider"] == {"baton": {
+        "npm": "@ai-sdk/openai-compatible", "name": "Baton model gateway", "models": {"gpt-5.5": {}},
+        "options": {"baseURL": f"{GATEWAY}/openai/v1", "apiKey": "{env:OPENAI_API_KEY}"}}}  # fmt: skip
+    assert config["model"] == config["small_model"] == "baton/gpt-5.5"
+
+
+@pytest.mark.parametrize(
+    ("key", "package", "path"),
+    [("ANTHROPIC_API_KEY", "@ai-sdk/anthropic", "anthropic/v1"),
+     ("GROQ_API_KEY", "@ai-sdk/openai-compatible", "groq/v1"),
+     ("OPENROUTER_API_KEY", "@ai-sdk/openai-compatible", "openrouter/v1"),
+     ("GEMINI_API_KEY", "@ai-sdk/google", "gemini/v1beta")],
+)  # fmt: skip
+def test_opencode_talks_to_the_provider_whose_key_the_policy_passes(
+    bin_dir: Path, key: str, package: str, path: str
+) -> None:
+    inv = invoke("opencode", bin_dir, env=(key,))
+    baton = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])["provider"]["baton"]
+    assert (baton["npm"], baton["options"]["baseURL"]) == (package, f"{GATEWAY}/{path}")
+    assert baton["options"]["apiKey"] == "{env:" + key + "}"
+    assert inv.env[key] == PLACEHOLDER
+
+
+def test_opencode_without_a_model_gets_no_provider_and_no_key(bin_dir: Path) -> None:
+    inv = invoke("opencode", bin_dir, base_url=None, tools=ALL_TOOLS)
+    config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
+    assert "provider" not in config
+    assert "model" not in config
+    assert "OPENAI_API_KEY" not in inv.env
+    assert set(config["permission"].values()) == {"allow", "deny"}
+    assert config["permission"]["bash"] == "allow"
 
 
 # --- command and script ---------------------------------------------------------------------------
@@ -530,12 +569,6 @@ def test_other_formats_best_effort() -> None:
     got = SPECS["gemini"].parse_result(gemini, 0)
     assert (got.summary, got.input_tokens, got.output_tokens, got.is_error) == ("ok", 3, 4, False)
     assert SPECS["gemini"].parse_result(json.dumps({"error": {"message": "quota"}}), 0).is_error is True
-    opencode = (
-        '{"type":"text","part":{"text":"hi"}}\n'
-        '{"type":"step_finish","part":{"tokens":{"input":1,"output":2},"cost":0.5}}'
-    )
-    got = SPECS["opencode"].parse_result(opencode, 0)
-    assert (got.summary, got.num_turns, got.input_tokens, got.cost_usd) == ("hi", 1, 1, 0.5)
 
 
 @settings(max_examples=300, deadline=None)
