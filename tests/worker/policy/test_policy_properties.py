@@ -31,7 +31,7 @@ from worker.policy import (
     org_policy,
     parse,
 )
-from worker.policy.catalogue import CATALOGUE, INHERENT_TOOLS, tool_tags
+from worker.policy.catalogue import INHERENT_TOOLS, tool_tags
 from worker.policy.model import InstallationLimits, format_duration, parse_duration
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
