@@ -49,6 +49,37 @@ agents:
     adapter: script
     tools: [read_repo, edit_files]
     timeout: 5m
+  # One agent per real CLI (`baton demo --agents`), each named after its adapter.
+  codex:
+    adapter: codex
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
+  gemini:
+    adapter: gemini
+    tools: [read_repo, edit_files]
+    model_endpoints: [generativelanguage.googleapis.com]
+    env: [GEMINI_API_KEY]
+  qwen-code:
+    adapter: qwen-code
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
+  opencode:
+    adapter: opencode
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.anthropic.com]
+    env: [ANTHROPIC_API_KEY]
+  aider:
+    adapter: aider
+    tools: [read_repo, edit_files]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
+  mini-swe-agent:
+    adapter: mini-swe-agent
+    tools: [read_repo, edit_files, run_shell]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
   # The script agent with a model: it does what its issue says, model calls included.
   helper:
     adapter: script
