@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from emulator.model.standin import ModelStandin
 from tests.worker.runner.conftest import git
 from worker.policy import Agent, Axis, Policy, TaskFacts, decide
@@ -27,17 +29,25 @@ agents:
     model_endpoints: [api.openai.com]
     env: [OPENAI_API_KEY]
     timeout: 40s
+  aider-web:
+    adapter: aider
+    tools: [edit_files, web_fetch]
+    model_endpoints: [api.openai.com]
+    env: [OPENAI_API_KEY]
+    timeout: 40s
 """
 KEY = "sk-test-not-a-secret"
 
 
-def _baton_run(tmp_path: Path, repo: Path, agent_cli_bin: Path, upstream: str) -> dict[str, Any]:
+def _baton_run(
+    tmp_path: Path, repo: Path, agent_cli_bin: Path, upstream: str, *, agent: str = "aider", body: str = ""
+) -> dict[str, Any]:
     org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
     org.write_text(ORG)
-    issue.write_text("# Say hello\n\nAdd hello.txt.\n")
+    issue.write_text(f"# Say hello\n\nAdd hello.txt.{body}\n")
     env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
            "OPENAI_API_KEY": KEY}  # fmt: skip
-    argv = [sys.executable, "-m", "baton", "run", "--agent", "aider", "--repo", str(repo), "--issue-file",
+    argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
             str(issue), "--org", str(org), "--json", "--public",
             "--upstream", f"openai={upstream}"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False, env=env)
@@ -79,6 +89,9 @@ def test_a_shell_command_the_model_suggests_is_not_run(
     assert [c["path"] for c in record["changes"]] == ["hello.txt"]
     assert "pwned" not in git(repo, "ls-tree", "-r", "--name-only", record["commit"])
     assert len(requests) == 1  # no second turn carrying a command's output
+    # --yes-always answers no to a shell command by itself [observed]; the switch also keeps the
+    # invitation to suggest commands out of the system prompt.
+    assert "suggest any shell commands" not in requests[0]["body"]["messages"][0]["content"]
     # And the gate counts a shell for aider, listed or not (the repository's settings can run one):
     # where the network cannot be cut off, that shell is egress.
     agent = Agent(
@@ -88,6 +101,20 @@ def test_a_shell_command_the_model_suggests_is_not_run(
         Policy(agents={"aider": agent}), TaskFacts(agent="aider", repo_private=False, network_cutoff=False)
     )
     assert ("cli", "run_shell") in [(c.kind, c.name) for c in decision.legs[Axis.EXTERNAL_COMM]]
+
+
+@pytest.mark.parametrize(("agent", "fetched"), [("aider", False), ("aider-web", True)])
+def test_a_url_in_the_issue_is_fetched_only_with_web_fetch(
+    tmp_path: Path, repo: Path, agent_cli_bin: Path, agent: str, fetched: bool
+) -> None:
+    """aider offers to scrape a URL in its message and --yes-always accepts: without web_fetch it is
+    not even tried; with it, the proxy still refuses a host the policy's egress does not list."""
+    script = {"steps": [{"write": {"path": "hello.txt", "content": "hi\n"}}]}
+    with ModelStandin(script, api_key=KEY) as model:
+        body = " See https://docs.example.com/greeting for the wording."
+        record = _baton_run(tmp_path, repo, agent_cli_bin, model.url, agent=agent, body=body)
+    hosts = {(e["host"], e["allowed"]) for e in record["egress"]}
+    assert ("docs.example.com", False) in hosts if fetched else hosts == {("api.openai.com", True)}, hosts
 
 
 def test_every_model_call_failing_is_a_failed_run_though_aider_exits_0(
