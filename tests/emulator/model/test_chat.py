@@ -415,3 +415,29 @@ def test_stall_after_headers_then_answer_finishes_with_done() -> None:
         assert time.monotonic() - started >= 0.25
     assert reply(got) == ("text", "slow")
     assert data_lines(got.text)[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"messages": "x", "tools": "y", "stream": "yes"},
+        {
+            "messages": [1, None, {"role": 5}, {"role": "user", "content": [1, {"text": 2}]}],
+            "tools": [1, {"function": 3}],
+        },
+        {
+            "messages": [{"role": "tool"}],
+            "tools": [{"function": {"name": "write", "parameters": {"required": "x"}}}],
+        },
+        {
+            "messages": [{"role": "system", "content": "Working directory: /w"}],
+            "stream_options": "x",
+            "stream": True,
+        },
+    ],
+)
+def test_junk_bodies_get_an_answer_or_a_400_never_a_dropped_connection(body: dict[str, Any]) -> None:
+    with ModelStandin([{"write": {"path": "a", "content": "x"}}]) as server:
+        got = post(server, body)
+    assert got.status_code in (200, 400), got.text

@@ -251,3 +251,25 @@ def test_other_model_methods_are_404() -> None:
     with ModelStandin([{"text": "x"}]) as server:
         got = httpx.post(f"{server.url}/v1beta/models/{MODEL}:embedContent", json={}, timeout=5)
     assert got.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"contents": "x", "tools": "y", "systemInstruction": 3},
+        {"contents": [1, None, {"role": 5, "parts": "x"}, {"parts": [1, {"text": 2}]}]},
+        {
+            "contents": [],
+            "tools": [1, {"functionDeclarations": [1, {"name": 2}, {"name": "write_file", "parameters": 7}]}],
+        },
+        {
+            "contents": [{"role": "user", "parts": [{"functionResponse": None}]}],
+            "systemInstruction": "- **Workspace Directories:**\n  - /w",
+        },
+    ],
+)
+def test_junk_bodies_get_an_answer_or_a_400_never_a_dropped_connection(body: dict[str, Any]) -> None:
+    with ModelStandin([{"write": {"path": "a", "content": "x"}}]) as server:
+        got = post(server, body)
+    assert got.status_code in (200, 400), got.text
