@@ -466,6 +466,8 @@ def test_a_policy_command_is_never_run_on_the_host_for_its_version(tmp_path: Pat
 def test_the_pinned_real_clis_report_their_versions(agent_cli_bin: Path) -> None:
     assert adapters.version(SPECS["claude-code"], str(agent_cli_bin / "claude")) == "2.1.197"
     assert adapters.version(SPECS["codex"], str(agent_cli_bin / "codex")) == "0.171.0"
+    assert adapters.version(SPECS["aider"], str(agent_cli_bin / "aider")) == "0.86.2"
+    assert adapters.version(SPECS["mini-swe-agent"], str(agent_cli_bin / "mini")) == "2.4.6"
 
 
 def test_install_dirs_of_an_npm_install(tmp_path: Path) -> None:
