@@ -411,8 +411,11 @@ def test_offline_always_passes_and_remedies_really_pass(policy: Policy, data: st
     refused, and the retry is not offered."""
     facts = data.draw(_facts(policy))
     adapter = policy.agents[facts.agent].adapter
-    own_shell = "run_shell" in INHERENT_TOOLS.get(adapter, {})
-    unrestricted = (adapter == "command" or own_shell) and not facts.network_cutoff
+    own = INHERENT_TOOLS.get(adapter, {})
+    own_shell = "run_shell" in own
+    # A CLI's own tool the policy tags external_comm is egress --offline cannot take away either.
+    own_external = any(Axis.EXTERNAL_COMM in policy.tools.get(tool, frozenset()) for tool in own)
+    unrestricted = ((adapter == "command" or own_shell) and not facts.network_cutoff) or own_external
     offline = decide(policy, dataclasses.replace(facts, offline=True))
     # Issue text is always untrusted, so such an agent passes only where it can reach no private data.
     assert offline.allowed is (not unrestricted or not offline.legs[Axis.PRIVATE_DATA])
