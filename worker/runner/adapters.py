@@ -495,7 +495,8 @@ _SPECS = (
         # (LITELLM_LOCAL_MODEL_COST_MAP) it calls pypi.org, an analytics host and GitHub. It reads
         # .aider.conf.yml and .env from the workspace (the .env with override): the flags here win over
         # both, --openai-api-base included, and --load /dev/null stops a repository's `load:` running
-        # /run commands. The model's shell suggestions are never run (--no-suggest-shell-commands);
+        # /run commands. The model's shell suggestions are never run (--yes-always answers no to them
+        # by itself; --no-suggest-shell-commands drops the invitation from the system prompt);
         # run_shell is still counted as its own (see INHERENT_TOOLS). Chat and input history would be
         # written into the workspace: they go to /dev/null.
         name="aider",
