@@ -83,6 +83,20 @@ INHERENT_TOOLS: Mapping[str, Mapping[str, str]] = MappingProxyType(
                 "Codex reads, searches and edits through its shell tool (exec_command); no switch removes it",
             )
         ),
+        "mini-swe-agent": MappingProxyType(
+            dict.fromkeys(
+                ("read_repo", "search_repo", "edit_files", "run_shell"),
+                "mini-swe-agent's one tool is a shell (bash): it reads, searches and edits through it",
+            )
+        ),
+        "aider": MappingProxyType(
+            {
+                "run_shell": "Aider reads the workspace's .aider.conf.yml and .env, and no switch stops it: "
+                "a repository's settings can make it run programs (`upgrade: true` runs pip with the "
+                "repository's PYTHONPATH, observed running the repository's code); the model's own shell "
+                "suggestions are never run",
+            }
+        ),
     }
 )
 

@@ -10,8 +10,8 @@ where the model base URL and key go, and how its version and result are read.
 into an :class:`Invocation` (argv, env, stdin). It is pure but for looking the
 executable up on the PATH it is given; a missing one is :class:`AgentMissing`.
 
-Marks on the specs: [observed] was run here (claude-code 2.1.197 and codex
-0.171.0, each against a scripted model on loopback); [documented] is what the
+Marks on the specs: [observed] was run here (claude-code 2.1.197, codex 0.171.0,
+aider 0.86.2 and mini-swe-agent 2.4.6, each against a scripted model on loopback); [documented] is what the
 CLI's documentation says, not run; [inferred] is neither, and needs a real run
 before anyone relies on it.
 """
@@ -26,6 +26,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+
+import yaml
 
 from baton import codes
 from baton.errors import BatonError
@@ -46,6 +48,7 @@ class PromptVia(StrEnum):
     FILE = "file"  # {prompt_file} in argv
     STDIN = "stdin"  # the prompt's bytes on standard input
     FILE_AND_STDIN = "file+stdin"  # both (the generic command adapter)
+    HOME_FILE = "home-file"  # in a settings file the spec's home_files hook writes (Context.prompt_text)
 
 
 class AgentMissing(BatonError):
@@ -83,6 +86,8 @@ class Context:
     model_base_url: str | None  # the model gateway's root as the box sees it, no trailing slash
     key_env: str | None  # the env name that holds this CLI's model key (the run's placeholder), if any
     workspace: str = "/workspace"  # the task's worktree as the box sees it
+    #: The prompt's text, for a CLI that takes its task only in a settings file (mini-swe-agent).
+    prompt_text: str | None = None
 
 
 #: (extra argv, extra env) for what a flat template cannot say (a TOML or JSON config value).
@@ -214,7 +219,7 @@ def build_invocation(
     else:
         key_env = None
     env.update(spec.fixed_env)
-    context = Context(agent, granted, base, key_env, workspace)
+    context = Context(agent, granted, base, key_env, workspace=workspace, prompt_text=prompt_text)
     if spec.configure is not None:
         extra_argv, extra_env = spec.configure(context)
         argv += extra_argv
@@ -281,7 +286,7 @@ def _tool_switches(spec: AdapterSpec, granted: frozenset[str]) -> list[str]:
 def _stdin(spec: AdapterSpec, prompt_text: str | None) -> bytes | None:
     if spec.stdin_program:
         return script_agent_source()
-    if spec.prompt_via is PromptVia.FILE:
+    if spec.prompt_via in (PromptVia.FILE, PromptVia.HOME_FILE):
         return None
     if prompt_text is None:
         raise ValueError(f"the {spec.name} adapter reads the prompt on standard input: pass prompt_text")
@@ -374,6 +379,82 @@ def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, st
     return (), {"OPENCODE_CONFIG_CONTENT": json.dumps(config, sort_keys=True)}
 
 
+#: HOME inside the box (worker.runner.bwrap.AGENT_HOME), for CLIs that want absolute paths into it.
+_BOX_HOME = "/home/agent"
+#: The model Aider and mini-swe-agent ask for unless the policy passes AIDER_MODEL or MSWEA_MODEL_NAME:
+#: one both know [observed: aider's settings for it, litellm's bundled price map] and the gateway prices.
+DEFAULT_OPENAI_MODEL = "openai/gpt-5-mini"
+_MINI_CONFIG = ".baton/mini.yaml"
+_MINI_TRAJECTORY = ".baton/traj.json"
+
+
+def _chosen_model(context: Context, env_name: str) -> str | None:
+    """None when the policy passes ``env_name`` (its value names the model), else Baton's default."""
+    return None if env_name in context.agent.env else DEFAULT_OPENAI_MODEL
+
+
+def _aider_model(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    """The model and the gateway as flags, which win over the workspace's .env and .aider.conf.yml
+    [observed: a repository's .env OPENAI_API_BASE overrides the environment Baton sets]."""
+    argv: list[str] = []
+    model = _chosen_model(context, "AIDER_MODEL")
+    if model is not None:
+        argv += ["--model", model]
+    if context.model_base_url is not None:
+        argv += ["--openai-api-base", f"{context.model_base_url}/openai/v1"]
+    return tuple(argv), {}
+
+
+def _aider_home(context: Context) -> Mapping[str, str]:
+    """Aider fetches its own copy of litellm's price map from raw.githubusercontent.com unless this
+    cache is under a day old and not empty [observed, even with LITELLM_LOCAL_MODEL_COST_MAP]: a
+    fresh one that knows no model makes it use the map bundled with litellm."""
+    note = {"_baton": "written by Baton so aider uses litellm's bundled model map, not a download"}
+    return {".aider/caches/model_prices_and_context_window.json": json.dumps(note)}
+
+
+def _mini_model(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    model = _chosen_model(context, "MSWEA_MODEL_NAME")
+    return (), ({"MSWEA_MODEL_NAME": model} if model is not None else {})
+
+
+#: mini-swe-agent's prompts (its own config's are replaced whole): the bash tool, and how to finish.
+_MINI_SYSTEM = "You are a software engineer working in the repository in your current directory.\n"
+_MINI_INSTANCE = (
+    "{{task}}\n\n"
+    "You act only through the bash tool: each call runs in a new shell in the repository; read, search "
+    "and edit files with ordinary commands. When the task is done, run exactly "
+    "`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` on its own, as a command of its own.\n"
+)
+
+
+def _mini_config(context: Context) -> Mapping[str, str]:
+    """One config file with every setting and the task: the prompt never goes in argv. Its turn and
+    time limits follow the agent's timeout (the box's timeout stays the real bound); cost is the
+    gateway's to cap."""
+    timeout = context.agent.timeout
+    config = {
+        "agent": {
+            "agent_class": "interactive",
+            "mode": "yolo",
+            "confirm_exit": False,
+            "step_limit": max_turns(context.agent),
+            "cost_limit": 0,
+            "wall_time_limit_seconds": timeout,
+            "system_template": _MINI_SYSTEM,
+            "instance_template": _MINI_INSTANCE,
+        },
+        "environment": {
+            "environment_class": "local",
+            "timeout": min(timeout, 600),
+            "env": {"PAGER": "cat", "MANPAGER": "cat", "GIT_PAGER": "cat"},
+        },
+        "model": {"model_class": "litellm", "model_kwargs": {"drop_params": True}},
+        "run": {"task": context.prompt_text or ""},
+    }
+    return {_MINI_CONFIG: yaml.safe_dump(config, allow_unicode=True, sort_keys=False, width=1 << 20)}
+
+
 _SPECS = (
     AdapterSpec(
         # [observed] prompt on stdin with -p and no positional; the tool lists remove Bash, WebFetch and
@@ -445,23 +526,78 @@ _SPECS = (
         placeholder_key_env="GEMINI_API_KEY",
     ),
     AdapterSpec(
-        # [documented] --message-file runs one message and exits; --yes-always; --no-auto-commits.
-        # [inferred, from aider's option list as other projects use it] --no-git (the workspace has no .git;
-        # aider would offer to create one), --no-detect-urls (else a URL in the issue is scraped, and
-        # --yes-always accepts), --no-suggest-shell-commands, OPENAI_API_BASE / ANTHROPIC_API_BASE.
+        # [observed 0.86.2] --message-file runs one message and exits (rc 0 even when every model call
+        # failed: the result parser reads its output); Baton's workspace has no .git, so --no-git (no
+        # commits, no repo map: aider sees only what the model is told). No tools: edits come back in
+        # the reply text ("whole" listing or SEARCH/REPLACE), one POST /v1/chat/completions (streamed,
+        # Bearer) per message. Without --no-check-update, --analytics-disable and the bundled price map
+        # (LITELLM_LOCAL_MODEL_COST_MAP) it calls pypi.org, an analytics host and GitHub. It reads
+        # .aider.conf.yml and .env from the workspace (the .env with override): the flags here win over
+        # both, --openai-api-base included, and --load /dev/null stops a repository's `load:` running
+        # /run commands. The model's shell suggestions are never run (--yes-always answers no to them
+        # by itself; --no-suggest-shell-commands drops the invitation from the system prompt);
+        # run_shell is still counted as its own (see INHERENT_TOOLS). Chat and input history would be
+        # written into the workspace: they go to /dev/null.
         name="aider",
         executable="aider",
-        install_hint="python -m pip install aider-install && aider-install",
+        install_hint="python -m pip install aider-chat==0.86.2 (in a virtual environment of its own)",
         argv=_words(
             "--message-file {prompt_file} --yes-always --no-git --no-auto-commits --no-dirty-commits "
-            "--no-check-update --analytics-disable --no-show-release-notes --no-show-model-warnings "
-            "--no-pretty --no-fancy-input --disable-playwright"
+            "--no-check-update --analytics-disable --no-analytics --no-show-release-notes "
+            "--no-show-model-warnings --no-pretty --no-fancy-input --disable-playwright "
+            "--no-suggest-shell-commands --no-auto-lint --no-auto-test --no-notifications --no-gui "
+            "--no-watch-files --no-copy-paste --load /dev/null --chat-history-file /dev/null "
+            "--input-history-file /dev/null --no-restore-chat-history"
         ),
         prompt_via=PromptVia.FILE,
-        result_format=ResultFormat.TEXT,
-        when_denied={"run_shell": ("--no-suggest-shell-commands",), "web_fetch": ("--no-detect-urls",)},
-        base_url_env=(("OPENAI_API_BASE", "/openai/v1"), ("ANTHROPIC_API_BASE", "/anthropic")),
-        key_envs=_ANY_KEY,
+        result_format=ResultFormat.AIDER_TEXT,
+        when_denied={"web_fetch": ("--no-detect-urls",), "edit_files": ("--chat-mode", "ask")},
+        fixed_env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        base_url_env=(("OPENAI_API_BASE", "/openai/v1"),),
+        repertoire=("edit_files", "run_shell", "web_fetch"),
+        key_envs=("OPENAI_API_KEY",),
+        placeholder_key_env="OPENAI_API_KEY",
+        configure=_aider_model,
+        home_files=_aider_home,
+    ),
+    AdapterSpec(
+        # [observed 2.4.6] `mini -c FILE -o FILE` with every setting, the task included (run.task), in
+        # one config file in HOME: -c replaces the built-in config, and a relative -c name would be
+        # looked up in the workspace first. MSWEA_CONFIGURED (else a setup wizard, rc 1 without a
+        # TTY), MSWEA_COST_TRACKING=ignore_errors (else an unpriced model is a crash),
+        # MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=1 (else 10 tries with back-off). Non-streaming
+        # POST /v1/chat/completions, one tool (bash): the shell is how it reads, searches and edits,
+        # so all four count as its own. Its trajectory (JSON: info.exit_status, model_stats,
+        # messages) is the result; a model error ends rc 1 with exit_status the exception's name
+        # (typer's rich traceback of it took ~6 s more: _TYPER_STANDARD_TRACEBACK).
+        name="mini-swe-agent",
+        executable="mini",
+        install_hint="python -m pip install mini-swe-agent==2.4.6 (in a virtual environment of its own)",
+        argv=(
+            "-c",
+            f"{_BOX_HOME}/{_MINI_CONFIG}",
+            "-o",
+            f"{_BOX_HOME}/{_MINI_TRAJECTORY}",
+            "--yolo",
+            "--exit-immediately",
+        ),
+        prompt_via=PromptVia.HOME_FILE,
+        result_format=ResultFormat.MINI_TRAJECTORY,
+        version_argv=("--help",),
+        fixed_env={
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "_TYPER_STANDARD_TRACEBACK": "1",
+        },
+        base_url_env=(("OPENAI_API_BASE", "/openai/v1"),),
+        repertoire=("read_repo", "search_repo", "edit_files", "run_shell"),
+        key_envs=("OPENAI_API_KEY",),
+        placeholder_key_env="OPENAI_API_KEY",
+        configure=_mini_model,
+        home_files=_mini_config,
+        result_file=_MINI_TRAJECTORY,
     ),
     AdapterSpec(
         # [observed 1.18.33] `run --format json --title T MESSAGE` with the prompt on stdin: OpenCode reads

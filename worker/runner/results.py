@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,6 +33,8 @@ class ResultFormat(StrEnum):
     CODEX_JSONL = "codex-jsonl"  # exec --json events [observed]
     GEMINI_JSON = "gemini-json"  # --output-format json: {response, stats, error} [documented]
     OPENCODE_JSONL = "opencode-jsonl"  # run --format json events [observed, 1.18.33]
+    AIDER_TEXT = "aider-text"  # Aider's console output: no structure, but fixed phrases [observed 0.86.2]
+    MINI_TRAJECTORY = "mini-trajectory"  # mini-swe-agent's -o trajectory file [observed 2.4.6]
     SCRIPT = "script"  # Baton's script agent: its last stdout line
     TEXT = "text"  # exit code and the output's tail
 
@@ -364,6 +367,106 @@ def _opencode_tool(part: Mapping[str, Any], reading: _Reading) -> None:
                 )
 
 
+#: Aider's lines [observed 0.86.2]: one ``Tokens:`` line per model reply (counts like ``596`` or
+#: ``1.2k``), a ``Cost:`` part when the model is priced, ``Applied edit to PATH`` per file written,
+#: and a litellm exception's name at the start of a line for each failed call (retried or not).
+_AIDER_TOKENS = re.compile(
+    r"^Tokens: ([0-9.]+)(k?) sent(?:, [0-9.]+k? cache \w+)*, ([0-9.]+)(k?) received\."
+    r"(?: Cost: \$([0-9.]+) message, \$([0-9.]+) session\.)?",
+    re.MULTILINE,
+)
+_AIDER_ERROR = re.compile(r"^(?:litellm\.)?([A-Za-z]+Error): ", re.MULTILINE)
+_AIDER_APPLIED = re.compile(r"^Applied edit to (.+)$", re.MULTILINE)
+
+
+def _aider_count(number: str, thousands: str) -> int | None:
+    try:
+        value = float(number) * (1000 if thousands else 1)
+    except ValueError:
+        return None
+    return _count(int(value)) if math.isfinite(value) else None
+
+
+def _aider(text: str, reading: _Reading) -> None:
+    """Aider exits 0 even when every model call failed [observed]: an error line with no reply after
+    it is a failure. Its summary is the output's tail."""
+    last_reply = -1
+    for match in _AIDER_TOKENS.finditer(text):
+        last_reply = match.start()
+        reading.num_turns = (reading.num_turns or 0) + 1
+        reading.input_tokens = _add(reading.input_tokens, _aider_count(match.group(1), match.group(2)))
+        reading.output_tokens = _add(reading.output_tokens, _aider_count(match.group(3), match.group(4)))
+        if match.group(6) is not None:
+            reading.cost_usd = _money(_float(match.group(6)))
+    errors = list(_AIDER_ERROR.finditer(text))
+    if errors and errors[-1].start() > last_reply:
+        reading.reported_error = True
+        reading.subtype = _name(errors[-1].group(1))
+    for match in list(_AIDER_APPLIED.finditer(text))[:MAX_ITEMS]:
+        reading.changes.append(ReportedChange(match.group(1).strip()[:4096], "edit", True))
+    _text(text, reading)
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+#: What a cut-off trajectory still says near its start ("info" is written first, indented).
+_MINI_STATUS = re.compile(r'"exit_status": "([A-Za-z]{1,100})"')
+
+
+def _mini(text: str, reading: _Reading) -> None:
+    """``{"info": {"exit_status": "Submitted", "model_stats": {"instance_cost", "api_calls"},
+    "submission"}, "messages": [...]}`` [observed 2.4.6]; any exit_status but Submitted is a failure
+    (``LimitsExceeded``, ``RepeatedFormatError``, a model error's exception name)."""
+    try:
+        whole = _loads(text)
+    except (ValueError, RecursionError):
+        whole = None
+    if not isinstance(whole, Mapping):
+        found = _MINI_STATUS.search(text[:65536])
+        reading.notes.append("the trajectory is not one JSON object (cut off?)" if text.strip()
+                             else "no trajectory was written")  # fmt: skip
+        status = found.group(1) if found else None
+        reading.subtype = status
+        reading.reported_error = status != "Submitted"
+        return
+    info = whole.get("info")
+    info = info if isinstance(info, Mapping) else {}
+    status = info.get("exit_status")
+    reading.subtype = _name(status)
+    if status != "Submitted":
+        reading.reported_error = True
+        if not isinstance(status, str):
+            reading.notes.append("info.exit_status is missing or not text")
+    stats = info.get("model_stats")
+    if isinstance(stats, Mapping):
+        reading.num_turns = _count(stats.get("api_calls"))
+        reading.cost_usd = _money(stats.get("instance_cost"))
+    messages = whole.get("messages")
+    last_said: object = None
+    if isinstance(messages, list):
+        for message in messages[-10_000:]:
+            if not isinstance(message, Mapping):
+                continue
+            extra = message.get("extra")
+            response = extra.get("response") if isinstance(extra, Mapping) else None
+            usage = response.get("usage") if isinstance(response, Mapping) else None
+            if isinstance(usage, Mapping):
+                reading.input_tokens = _add(reading.input_tokens, usage.get("prompt_tokens"))
+                reading.output_tokens = _add(reading.output_tokens, usage.get("completion_tokens"))
+            role = message.get("role")
+            said = role == "assistant" and isinstance(message.get("content"), str)
+            if said or (role == "exit" and reading.reported_error):
+                last_said = message.get("content")
+    submission = info.get("submission")
+    reading.summary = _summary(submission) if isinstance(submission, str) and submission.strip() else None
+    reading.summary = reading.summary or _summary(last_said)
+
+
 def _script(text: str, reading: _Reading) -> None:
     """The script agent's last line: ``{"script_agent": "1", "steps_run": N, "exit": C}``."""
     result = _last_object(text, reading, lambda item: "script_agent" in item)
@@ -387,6 +490,8 @@ _READERS: Mapping[ResultFormat, Callable[[str, _Reading], None]] = {
     ResultFormat.CODEX_JSONL: _codex,
     ResultFormat.GEMINI_JSON: _gemini,
     ResultFormat.OPENCODE_JSONL: _opencode,
+    ResultFormat.AIDER_TEXT: _aider,
+    ResultFormat.MINI_TRAJECTORY: _mini,
     ResultFormat.SCRIPT: _script,
     ResultFormat.TEXT: _text,
 }

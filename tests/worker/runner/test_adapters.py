@@ -31,7 +31,7 @@ ALL_TOOLS = (
     "web_search",
     "model_server_tools",
 )
-EXECUTABLES = ("claude", "codex", "gemini", "aider", "opencode", "my-agent")
+EXECUTABLES = ("claude", "codex", "gemini", "aider", "mini", "opencode", "my-agent")
 
 
 @pytest.fixture
@@ -122,6 +122,9 @@ def test_the_prompt_is_never_in_argv_or_env(adapter: str, bin_dir: Path) -> None
     elif spec.prompt_via is adapters.PromptVia.FILE:
         assert inv.stdin is None
         assert PROMPT_PATH in inv.argv
+    elif spec.prompt_via is adapters.PromptVia.HOME_FILE:
+        assert inv.stdin is None
+        assert any(PROMPT in text for text in inv.home_files.values())
     else:
         assert inv.stdin == PROMPT.encode()
 
@@ -247,7 +250,7 @@ def test_codex_without_a_key_listed_or_a_model(bin_dir: Path) -> None:
     assert direct.argv[-1] == "-"
 
 
-# --- gemini, aider (documented or inferred; see adapters.py); opencode [observed 1.18.33] --------
+# --- gemini, qwen-code, opencode, aider and mini-swe-agent [observed; see adapters.py] ------------
 
 
 def test_gemini(bin_dir: Path) -> None:
@@ -265,17 +268,82 @@ def test_gemini(bin_dir: Path) -> None:
     assert "--allowed-tools" not in read_only.argv
 
 
-def test_aider(bin_dir: Path) -> None:
-    inv = invoke("aider", bin_dir, tools=("read_repo", "edit_files"))
+def test_aider_argv_and_env(bin_dir: Path) -> None:
+    """[observed 0.86.2] See adapters.py: every switch that stops traffic or a program is a flag, since
+    flags win over the workspace's .aider.conf.yml and .env."""
+    inv = invoke("aider", bin_dir, tools=("edit_files",), env=("OPENAI_API_KEY",))
     assert flag(inv.argv, "--message-file") == PROMPT_PATH
-    needed = "--yes-always --no-git --no-auto-commits --no-check-update --analytics-disable"
-    for switch in (*needed.split(), "--no-suggest-shell-commands", "--no-detect-urls"):
-        assert switch in inv.argv
-    assert inv.env["OPENAI_API_BASE"] == f"{GATEWAY}/openai/v1"
-    assert inv.env["ANTHROPIC_API_BASE"] == f"{GATEWAY}/anthropic"
+    assert flag(inv.argv, "--model") == "openai/gpt-5-mini"
+    assert flag(inv.argv, "--openai-api-base") == f"{GATEWAY}/openai/v1"
+    assert flag(inv.argv, "--load") == "/dev/null"
+    assert flag(inv.argv, "--chat-history-file") == "/dev/null"
+    switches = (
+        "--yes-always --no-git --no-auto-commits --no-dirty-commits --no-check-update --analytics-disable "
+        "--no-suggest-shell-commands --no-auto-lint --no-auto-test --no-detect-urls"
+    )
+    for switch in switches.split():
+        assert switch in inv.argv, switch
+    assert "--chat-mode" not in inv.argv
+    assert (inv.env["OPENAI_API_BASE"], inv.env["OPENAI_API_KEY"]) == (f"{GATEWAY}/openai/v1", PLACEHOLDER)
+    assert inv.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    cache = json.loads(inv.home_files[".aider/caches/model_prices_and_context_window.json"])
+    assert cache  # not empty, so not fetched
+    assert "openai/gpt-5-mini" not in cache  # and no model in it, so litellm's bundled map answers
+    assert inv.stdin is None
+
+
+def test_aider_tools(bin_dir: Path) -> None:
+    """web_fetch is URL scraping; without edit_files it only answers (ask mode); shell suggestions are
+    never run, granted or not (the gate counts a shell for aider anyway)."""
     granted = invoke("aider", bin_dir, tools=ALL_TOOLS)
-    assert "--no-suggest-shell-commands" not in granted.argv
     assert "--no-detect-urls" not in granted.argv
+    assert "--chat-mode" not in granted.argv
+    assert "--no-suggest-shell-commands" in granted.argv
+    read_only = invoke("aider", bin_dir, tools=("read_repo",))
+    assert flag(read_only.argv, "--chat-mode") == "ask"
+
+
+def test_aider_takes_its_model_from_the_policys_env_when_passed(bin_dir: Path) -> None:
+    inv = invoke("aider", bin_dir, env=("AIDER_MODEL",), env_values={"AIDER_MODEL": "openai/gpt-5.4"})
+    assert "--model" not in inv.argv
+    assert inv.env["AIDER_MODEL"] == "openai/gpt-5.4"
+
+
+def test_mini_swe_agent_argv_env_and_config(bin_dir: Path) -> None:
+    """[observed 2.4.6] Everything, the task included, in one config file in HOME."""
+    import yaml
+
+    inv = invoke("mini-swe-agent", bin_dir, env=("OPENAI_API_KEY",), timeout=120)
+    assert inv.argv[1:] == ("-c", "/home/agent/.baton/mini.yaml", "-o", "/home/agent/.baton/traj.json",
+                            "--yolo", "--exit-immediately")  # fmt: skip
+    assert SPECS["mini-swe-agent"].result_file == ".baton/traj.json"
+    assert inv.env["OPENAI_API_BASE"] == f"{GATEWAY}/openai/v1"
+    assert inv.env["OPENAI_API_KEY"] == PLACEHOLDER
+    assert inv.env["MSWEA_MODEL_NAME"] == "openai/gpt-5-mini"
+    fixed = {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
+             "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
+    assert {name: inv.env[name] for name in fixed} == fixed
+    config = yaml.safe_load(inv.home_files[".baton/mini.yaml"])
+    assert config["run"]["task"] == PROMPT
+    assert (config["agent"]["mode"], config["agent"]["confirm_exit"]) == ("yolo", False)
+    assert config["agent"]["step_limit"] == adapters.max_turns(agent_for("mini-swe-agent", timeout=120))
+    assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in config["agent"]["instance_template"]
+    assert "{{task}}" in config["agent"]["instance_template"]
+    assert inv.stdin is None
+
+
+@pytest.mark.parametrize(
+    "task", ["{{ x }} {% raw %}", "tab\tand\u2028line\nsep \U0001f600", "- a: [b", "'\"\\"]
+)
+def test_mini_swe_agent_task_survives_the_yaml_file(bin_dir: Path, task: str) -> None:
+    import yaml
+
+    inv = adapters.build_invocation(
+        SPECS["mini-swe-agent"], agent_for("mini-swe-agent"), granted_tools=(), model_base_url=GATEWAY,
+        env_values={}, prompt_path=PROMPT_PATH, workspace=WORKSPACE, search_path=str(bin_dir),
+        prompt_text=task, model_key=PLACEHOLDER,
+    )  # fmt: skip
+    assert yaml.safe_load(inv.home_files[".baton/mini.yaml"])["run"]["task"] == task
 
 
 def test_opencode_runs_with_its_whole_config_from_baton_and_none_from_the_repository(bin_dir: Path) -> None:
@@ -437,6 +505,8 @@ def test_a_policy_command_is_never_run_on_the_host_for_its_version(tmp_path: Pat
 def test_the_pinned_real_clis_report_their_versions(agent_cli_bin: Path) -> None:
     assert adapters.version(SPECS["claude-code"], str(agent_cli_bin / "claude")) == "2.1.197"
     assert adapters.version(SPECS["codex"], str(agent_cli_bin / "codex")) == "0.171.0"
+    assert adapters.version(SPECS["aider"], str(agent_cli_bin / "aider")) == "0.86.2"
+    assert adapters.version(SPECS["mini-swe-agent"], str(agent_cli_bin / "mini")) == "2.4.6"
 
 
 def test_install_dirs_of_an_npm_install(tmp_path: Path) -> None:
@@ -511,6 +581,96 @@ def test_codex_result() -> None:
     assert got.summary == "done"
     failed = CODEX_OK + '\n{"type":"turn.failed","error":{"message":"stream disconnected"}}'
     assert SPECS["codex"].parse_result(failed, 0).is_error is True
+
+
+#: Observed: aider 0.86.2 --message-file, one reply writing a file (trimmed).
+AIDER_OK = """Analytics have been permanently disabled.
+
+Aider v0.86.2
+Model: openai/gpt-5-mini with diff edit format
+Git repo: none
+Repo-map: disabled
+
+hello.txt
+```
+hello from aider
+```
+
+Tokens: 1.2k sent, 11 received. Cost: $0.0012 message, $0.0012 session.
+
+hello.txt
+Applied edit to hello.txt
+"""
+#: Observed: the same against a model answering 400 to every call: rc 0 all the same.
+AIDER_400 = """Aider v0.86.2
+Model: openai/gpt-standin with whole edit format
+Git repo: none
+Repo-map: disabled
+
+litellm.BadRequestError: OpenAIException - boom
+"""
+#: Observed: a 500 is retried with back-off, then given up (trimmed).
+AIDER_500 = """litellm.InternalServerError: InternalServerError: OpenAIException - boom
+The API provider's servers are down or overloaded.
+Retrying in 0.2 seconds...
+litellm.InternalServerError: InternalServerError: OpenAIException - boom
+The API provider's servers are down or overloaded.
+"""
+
+
+def test_aider_result() -> None:
+    got = SPECS["aider"].parse_result(AIDER_OK, 0)
+    assert (got.is_error, got.num_turns, got.input_tokens, got.output_tokens) == (False, 1, 1200, 11)
+    assert got.cost_usd == 0.0012
+    assert got.reported_changes == (results.ReportedChange("hello.txt", "edit", True),)
+    assert got.summary is not None
+    assert got.summary.endswith("Applied edit to hello.txt")
+
+
+def test_aider_exits_0_when_every_model_call_failed_and_that_is_an_error() -> None:
+    for output, name in ((AIDER_400, "BadRequestError"), (AIDER_500, "InternalServerError")):
+        got = SPECS["aider"].parse_result(output, 0)
+        assert (got.is_error, got.subtype, got.num_turns) == (True, name, None)
+    retried = AIDER_500 + "Retrying in 0.5 seconds...\nok\n\nTokens: 596 sent, 2 received.\n"
+    assert SPECS["aider"].parse_result(retried, 0).is_error is False  # a retry that got through
+
+
+def _trajectory(status: str, content: str = "", submission: str = "") -> str:
+    """The shape mini-swe-agent 2.4.6 writes with -o [observed], trimmed to what Baton reads."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    return json.dumps({
+        "info": {"model_stats": {"instance_cost": 0.00013, "api_calls": 2}, "mini_version": "2.4.6",
+                 "exit_status": status, "submission": submission},
+        "messages": [
+            {"role": "system", "content": "You are a software engineer."},
+            {"role": "user", "content": "Add hello.txt."},
+            {"role": "assistant", "content": "Writing it.", "extra": {"actions": [{"command": "echo"}],
+             "response": {"usage": usage}, "cost": 0.0001}},
+            {"role": "tool", "content": "<returncode>0</returncode>", "extra": {"returncode": 0}},
+            {"role": "exit", "content": content, "extra": {"exit_status": status, "submission": submission}},
+        ],
+        "trajectory_format": "mini-swe-agent-1.1",
+    }, indent=2)  # fmt: skip
+
+
+def test_mini_swe_agent_result() -> None:
+    got = SPECS["mini-swe-agent"].parse_result(_trajectory("Submitted"), 0)
+    assert (got.is_error, got.subtype, got.num_turns, got.cost_usd) == (False, "Submitted", 2, 0.00013)
+    assert (got.input_tokens, got.output_tokens, got.summary) == (100, 20, "Writing it.")
+    assert got.parse_error is None
+
+
+def test_mini_swe_agent_errors() -> None:
+    said = "litellm.BadRequestError: OpenAIException - boom"
+    got = SPECS["mini-swe-agent"].parse_result(_trajectory("BadRequestError", said), 1)
+    assert (got.is_error, got.subtype, got.summary) == (True, "BadRequestError", said)
+    assert SPECS["mini-swe-agent"].parse_result(_trajectory("LimitsExceeded", "LimitsExceeded"), 0).is_error
+    missing = SPECS["mini-swe-agent"].parse_result(b"", 0)
+    assert missing.is_error is True
+    assert missing.parse_error == "no trajectory was written"
+    cut = SPECS["mini-swe-agent"].parse_result(_trajectory("Submitted")[:300], 0)
+    assert (cut.is_error, cut.subtype) == (False, "Submitted")
+    assert cut.parse_error is not None
 
 
 def test_wrong_types_are_dropped_with_a_note() -> None:
