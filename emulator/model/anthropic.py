@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from emulator.model.script import Answer, Bash, Edit, Read, Text, Tool, Write
 from emulator.model.wire import (
     Context,
+    Framing,
+    NamedSSE,
     Rendered,
     RenderError,
+    Route,
     estimate_tokens,
     make_id,
     pieces,
@@ -61,11 +65,27 @@ def _tool_call(answer: Tool | Write | Edit | Read | Bash, ctx: Context) -> tuple
 
 class Anthropic:
     name = "anthropic"
+    bad_key_message = "invalid x-api-key"
 
-    def default_model(self) -> str:
-        return "claude-standin"
+    def route(self, path: str) -> Route | None:
+        if path == "/v1/messages":
+            return Route()
+        return Route(count=True) if path == "/v1/messages/count_tokens" else None
 
-    def key(self, headers: dict[str, str]) -> str | None:
+    def streams(self, body: JSONObject, route: Route) -> bool:
+        return body.get("stream") is True
+
+    def model(self, body: JSONObject, route: Route) -> str:
+        model = body.get("model")
+        return model if isinstance(model, str) else "claude-standin"
+
+    def framing(self, query: Mapping[str, str]) -> Framing:
+        return NamedSSE()
+
+    def count_body(self, tokens: int) -> JSONObject:
+        return {"input_tokens": tokens}
+
+    def key(self, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
         return headers.get("x-api-key")
 
     def count_turns(self, body: JSONObject) -> int:

@@ -14,10 +14,21 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from emulator.model.script import HEREDOC, Answer, Bash, Edit, Read, Text, Tool, Write
-from emulator.model.wire import Context, Rendered, estimate_tokens, make_id, pieces
+from emulator.model.wire import (
+    Context,
+    Framing,
+    NamedSSE,
+    Rendered,
+    Route,
+    bearer,
+    estimate_tokens,
+    make_id,
+    pieces,
+)
 from emulator.types import JSONObject
 
 #: Output items the model produced: a run of them in ``input`` is one earlier assistant turn.
@@ -46,7 +57,7 @@ def _command(answer: Write | Edit | Read | Bash) -> str:
     return apply_patch_command(f"*** Update File: {answer.path}\n@@\n{removed}{added}")
 
 
-def _error_fields(status: int) -> tuple[str, str | None]:
+def error_fields(status: int) -> tuple[str, str | None]:
     if status == 401:
         return "invalid_request_error", "invalid_api_key"
     if status == 429:
@@ -56,18 +67,34 @@ def _error_fields(status: int) -> tuple[str, str | None]:
     return "invalid_request_error", None
 
 
+def openai_error_body(status: int, message: str) -> JSONObject:
+    """OpenAI's error shape, the same for the Responses and the Chat Completions APIs."""
+    error_type, code = error_fields(status)
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
 class OpenAI:
     name = "openai"
+    bad_key_message = "Incorrect API key provided."
 
-    def default_model(self) -> str:
-        return "gpt-standin"
+    def route(self, path: str) -> Route | None:
+        return Route() if path == "/v1/responses" else None
 
-    def key(self, headers: dict[str, str]) -> str | None:
-        value = headers.get("authorization")
-        if value is None:
-            return None
-        scheme, _, token = value.partition(" ")
-        return token.strip() if scheme.lower() == "bearer" else None
+    def streams(self, body: JSONObject, route: Route) -> bool:
+        return body.get("stream") is True
+
+    def model(self, body: JSONObject, route: Route) -> str:
+        model = body.get("model")
+        return model if isinstance(model, str) else "gpt-standin"
+
+    def framing(self, query: Mapping[str, str]) -> Framing:
+        return NamedSSE()
+
+    def count_body(self, tokens: int) -> JSONObject:
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    def key(self, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+        return bearer(headers)
 
     def count_turns(self, body: JSONObject) -> int:
         """Runs of model-made items (calls, assistant messages) in ``input``."""
@@ -140,13 +167,12 @@ class OpenAI:
         return Rendered(events, 0 if ctx.minimal else 2, done)
 
     def error_body(self, status: int, message: str) -> JSONObject:
-        error_type, code = _error_fields(status)
-        return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+        return openai_error_body(status, message)
 
     def stream_error(self, status: int, message: str, ctx: Context) -> Rendered:
         """``response.failed`` inside a 200 stream (Codex retries it unless the code says otherwise)."""
         seq = _Sequence()
-        _, code = _error_fields(status)
+        _, code = error_fields(status)
         failed = self._response(ctx, "failed", [], None)
         failed["error"] = {"code": code or "server_error", "message": message}
         events = [

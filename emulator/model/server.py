@@ -18,16 +18,20 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from emulator.model.anthropic import Anthropic
+from emulator.model.chat import Chat
+from emulator.model.gemini import Gemini
 from emulator.model.openai import OpenAI
 from emulator.model.script import Answer, Drop, Error, Stall, pick
 from emulator.model.wire import (
     Context,
     Dialect,
+    Framing,
+    NamedSSE,
     Rendered,
     RenderError,
+    Route,
     estimate_tokens,
     key_fingerprint,
-    sse,
 )
 from emulator.types import JSONObject
 
@@ -37,10 +41,11 @@ if TYPE_CHECKING:
 MAX_CONNECTIONS = 64
 READ_TIMEOUT_SECONDS = 60.0
 #: Headers whose values are secrets: recorded only as ``auth[name] = sha256(value)``.
-SECRET_HEADERS = ("authorization", "x-api-key", "proxy-authorization", "cookie", "api-key")
-DIALECTS: dict[str, Dialect] = {"/v1/messages": Anthropic(), "/v1/responses": OpenAI()}
-#: Token counting (Anthropic's ``/v1/messages/count_tokens``): answered ``{"input_tokens": N}``, no script.
-COUNT_PATHS: dict[str, Dialect] = {"/v1/messages/count_tokens": Anthropic()}
+SECRET_HEADERS = ("authorization", "x-api-key", "proxy-authorization", "cookie", "api-key", "x-goog-api-key")
+#: Query parameters whose values are secrets (Gemini's ``?key=``): recorded as ``auth["?key"]``.
+SECRET_QUERY = ("key",)
+#: Each dialect claims its paths (``Dialect.route``); token counting is answered without the script.
+DIALECTS: tuple[Dialect, ...] = (Anthropic(), OpenAI(), Chat(), Gemini())
 _log = logging.getLogger("emulator.model.standin")
 
 
@@ -88,6 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECONDS
     server: StandinServer
+    framing: Framing = NamedSSE()
+    query: dict[str, str]
 
     # -- routing ---------------------------------------------------------------------------------
 
@@ -108,15 +115,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         standin = self.server.standin
         split = urlsplit(self.path)
-        path = split.path.rstrip("/")
-        counting = path in COUNT_PATHS
-        dialect = (DIALECTS.get(path) or COUNT_PATHS.get(path)) if self.command == "POST" else None
+        dialect, route = _route(split.path.rstrip("/")) if self.command == "POST" else (None, None)
         headers, auth = self._headers()
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        self.query = dict(query)
+        for name in SECRET_QUERY:
+            if name in query:
+                auth[f"?{name}"] = key_fingerprint(query.pop(name))
         self.entry: JSONObject = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "method": self.command,
             "path": split.path,
-            "query": dict(parse_qsl(split.query, keep_blank_values=True)),
+            "query": query,
             "dialect": dialect.name if dialect else None,
             "headers": headers,
             "auth": auth,
@@ -126,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
             "hit": None,
             "step": None,
         }
-        if dialect is None:
+        if dialect is None or route is None:
             self._finish_json("not_found", 404, Anthropic().error_body(404, "Not Found"))
             return
         raw = self._read_body(standin.max_body_bytes)
@@ -140,30 +150,32 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         self.entry["body"] = body
         if standin.api_key is not None and not self._key_ok(dialect, standin.api_key):
-            message = "invalid x-api-key" if dialect.name == "anthropic" else "Incorrect API key provided."
-            self._finish_json("unauthorized", 401, dialect.error_body(401, message))
+            self._finish_json("unauthorized", 401, dialect.error_body(401, dialect.bad_key_message))
             return
         if not isinstance(body, dict):
             self._finish_json("bad_request", 400, dialect.error_body(400, "The body must be a JSON object."))
             return
-        if counting:
-            self._finish_json("count", 200, {"input_tokens": estimate_tokens(len(raw))})
+        if route.count:
+            self._finish_json("count", 200, dialect.count_body(estimate_tokens(len(raw))))
             return
-        self._answer(standin, dialect, body, len(raw))
+        self.framing = dialect.framing(self.query)
+        self._answer(standin, dialect, route, body, len(raw))
 
-    def _answer(self, standin: ModelStandin, dialect: Dialect, body: JSONObject, size: int) -> None:
+    def _answer(
+        self, standin: ModelStandin, dialect: Dialect, route: Route, body: JSONObject, size: int
+    ) -> None:
         turn = dialect.count_turns(body)
         hit = standin.next_hit(turn)
-        model = body.get("model")
         ctx = Context(
             turn=turn,
             hit=hit,
-            model=model if isinstance(model, str) else dialect.default_model(),
+            model=dialect.model(body, route),
             input_tokens=estimate_tokens(size),
             workspace=standin.workspace or standin.script.workspace or dialect.detect_workspace(body),
             minimal=standin.script.stream == "minimal",
+            body=body,
         )
-        stream = body.get("stream") is True
+        stream = dialect.streams(body, route)
         step = pick(standin.script, turn, hit)
         self.entry.update(turn=turn, hit=hit, step=None if step is None else step.index)
         if step is None:
@@ -214,9 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not step.after_headers:
             self._send(rendered, stream)
         elif stream:
-            for event, data in rendered.events[rendered.head :]:
-                self._chunk(sse(event, data))
-            self._chunk(b"")
+            self._stream_events(rendered, rendered.head)
         else:
             self.wfile.write(_json_bytes(rendered.message))
 
@@ -245,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         return headers, auth
 
     def _key_ok(self, dialect: Dialect, expected: str) -> bool:
-        got = dialect.key({k.lower(): v for k, v in self.headers.items()})
+        got = dialect.key({k.lower(): v for k, v in self.headers.items()}, self.query)
         return got is not None and hmac.compare_digest(got.encode(), expected.encode())
 
     def _read_body(self, limit: int) -> bytes | None:
@@ -304,7 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _start_stream(self, extra: dict[str, str] | None = None) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Content-Type", self.framing.content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
@@ -323,18 +333,33 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, rendered.message, extra)
             return
         self._start_stream(extra)
-        for event, data in rendered.events:
-            self._chunk(sse(event, data))
+        self._stream_events(rendered, 0)
+
+    def _stream_events(self, rendered: Rendered, start: int) -> None:
+        """Events ``start`` onwards, the framing's end unless the stream fails, and the last chunk."""
+        for index, (event, data) in enumerate(rendered.events[start:], start):
+            self._chunk(self.framing.event(index, event, data))
+        tail = self.framing.end(len(rendered.events)) if rendered.complete else b""
+        if tail:
+            self._chunk(tail)
         self._chunk(b"")
 
     def _send_head(self, rendered: Rendered | None, stream: bool) -> None:
         """The status line, the headers and (streaming) the stream's opening events; no more."""
         if stream:
             self._start_stream()
-            for event, data in rendered.events[: rendered.head] if rendered else []:
-                self._chunk(sse(event, data))
+            for index, (event, data) in enumerate(rendered.events[: rendered.head] if rendered else []):
+                self._chunk(self.framing.event(index, event, data))
         else:
             self._json_head(200, len(_json_bytes(rendered.message if rendered else {})))
+
+
+def _route(path: str) -> tuple[Dialect | None, Route | None]:
+    for dialect in DIALECTS:
+        route = dialect.route(path)
+        if route is not None:
+            return dialect, route
+    return None, None
 
 
 def _json_bytes(body: Any) -> bytes:

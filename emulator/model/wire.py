@@ -1,9 +1,11 @@
-"""What both dialects of the model stand-in share: a rendered answer, SSE framing, ids, token counts."""
+"""What the model stand-in's dialects share: how a request is routed, a rendered answer, stream framing,
+ids, token counts."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +26,8 @@ class Context:
     input_tokens: int
     workspace: str | None
     minimal: bool
+    #: The request body, for what only one dialect reads (offered tools, ``stream_options``).
+    body: JSONObject = field(default_factory=dict)
 
 
 @dataclass
@@ -34,6 +38,67 @@ class Rendered:
     head: int
     message: JSONObject
     extra: dict[str, Any] = field(default_factory=dict)
+    #: False for a stream cut by an error: the framing's end (``data: [DONE]``, ``]``) is not sent.
+    complete: bool = True
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a request's path says: a token count or a turn, the model and stream-ness if it names them."""
+
+    count: bool = False
+    model: str | None = None
+    stream: bool | None = None  # None: the body's ``"stream": true`` decides
+
+
+class Framing(Protocol):
+    """How a stream's events go on the wire and how the stream ends."""
+
+    @property
+    def content_type(self) -> str: ...
+
+    def event(self, index: int, name: str, data: JSONObject) -> bytes: ...
+
+    def end(self, sent: int) -> bytes: ...
+
+
+class NamedSSE:
+    """``event: NAME`` plus ``data: JSON`` per event (Anthropic, OpenAI Responses); nothing at the end."""
+
+    content_type = "text/event-stream; charset=utf-8"
+
+    def event(self, index: int, name: str, data: JSONObject) -> bytes:
+        return sse(name, data)
+
+    def end(self, sent: int) -> bytes:
+        return b""
+
+
+@dataclass(frozen=True)
+class DataSSE:
+    """Data-only SSE lines (Chat Completions, Gemini ``alt=sse``), then ``done`` (``data: [DONE]``) if any."""
+
+    done: bytes = b""
+    eol: bytes = b"\n\n"  # Google's servers end each event with CRLF CRLF
+    content_type: str = "text/event-stream; charset=utf-8"
+
+    def event(self, index: int, name: str, data: JSONObject) -> bytes:
+        return b"data: " + _compact(data) + self.eol
+
+    def end(self, sent: int) -> bytes:
+        return self.done
+
+
+class JSONArrayStream:
+    """One JSON array streamed element by element (Gemini ``streamGenerateContent`` without ``alt=sse``)."""
+
+    content_type = "application/json; charset=UTF-8"
+
+    def event(self, index: int, name: str, data: JSONObject) -> bytes:
+        return (b"[" if index == 0 else b",\r\n") + _compact(data)
+
+    def end(self, sent: int) -> bytes:
+        return b"]" if sent else b"[]"
 
 
 class RenderError(Exception):
@@ -41,13 +106,25 @@ class RenderError(Exception):
 
 
 class Dialect(Protocol):
-    """One provider's API: how to read a request and how to answer it."""
+    """One provider's API: which paths are its, how to read a request and how to answer it."""
 
     name: str
+    #: The 401 message for a missing or wrong key, in the provider's words.
+    bad_key_message: str
+
+    def route(self, path: str) -> Route | None: ...
+
+    def streams(self, body: JSONObject, route: Route) -> bool: ...
+
+    def model(self, body: JSONObject, route: Route) -> str: ...
+
+    def framing(self, query: Mapping[str, str]) -> Framing: ...
+
+    def count_body(self, tokens: int) -> JSONObject: ...
 
     def count_turns(self, body: JSONObject) -> int: ...
 
-    def key(self, headers: dict[str, str]) -> str | None: ...
+    def key(self, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None: ...
 
     def render(self, answer: Answer, ctx: Context) -> Rendered: ...
 
@@ -55,13 +132,24 @@ class Dialect(Protocol):
 
     def stream_error(self, status: int, message: str, ctx: Context) -> Rendered: ...
 
-    def default_model(self) -> str: ...
-
     def detect_workspace(self, body: JSONObject) -> str | None: ...
 
 
 def sse(event: str, data: JSONObject) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _compact(data: JSONObject) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer T`` header, or None."""
+    value = headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
 
 def key_fingerprint(key: str) -> str:

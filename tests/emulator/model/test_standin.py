@@ -368,12 +368,12 @@ def test_every_request_is_recorded_with_key_fingerprints_not_keys(
 ) -> None:
     claude(standin, claude_body(), key="k")
     codex(standin, codex_body(), key="wrong-key")
-    httpx.post(f"{standin.url}/v1/chat/completions", json={}, timeout=5)
+    httpx.post(f"{standin.url}/v1/embeddings", json={}, timeout=5)
     records = standin.requests()
     assert [(r["method"], r["path"], r["dialect"], r["served"], r["status"]) for r in records] == [
         ("POST", "/v1/messages", "anthropic", "answer", 200),
         ("POST", "/v1/responses", "openai", "unauthorized", 401),
-        ("POST", "/v1/chat/completions", None, "not_found", 404),
+        ("POST", "/v1/embeddings", None, "not_found", 404),
     ]
     assert records[0]["auth"] == {"x-api-key": key_fingerprint("k")}
     assert records[0]["query"] == {"beta": "true"}
