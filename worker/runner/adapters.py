@@ -351,6 +351,10 @@ GEMINI_DEFAULT_MODEL = "gemini-2.5-pro"
 _QWEN_TOOLS = {"read_repo": ("read_file", "list_directory"), "search_repo": ("grep_search", "glob"),
                "edit_files": ("edit", "write_file"), "run_shell": ("run_shell_command", "monitor"),
                "web_fetch": ("web_fetch",)}  # fmt: skip
+#: Qwen Code's settings file (its system tier), relative to HOME.
+_QWEN_SETTINGS = ".qwen/baton-settings.json"
+#: Qwen Code: an empty allow-list of MCP servers (even one a repository names "" stays off) [observed].
+_NO_MCP = ("--allowed-mcp-server-names", "")
 #: Qwen Code will not start without a model name; the policy may pass its own OPENAI_MODEL.
 QWEN_DEFAULT_MODEL = "gpt-5.4-mini"
 
@@ -383,14 +387,17 @@ def _qwen_model(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
 
 
 def _qwen_home(context: Context) -> Mapping[str, str]:
-    """$QWEN_HOME/settings.json: no usage statistics, no retries, no memory-extraction call, and
-    permissions.deny for every tool not granted (deny outranks any allow, in every settings scope)."""
+    """Baton's settings as Qwen Code's *system* settings (QWEN_CODE_SYSTEM_SETTINGS_PATH), which
+    override the user's and the repository's: no usage statistics, no retries, no memory-extraction
+    call, no hooks (a repository's .qwen/settings.json hooks run otherwise [observed]), and
+    permissions.deny for every tool not granted (deny outranks any allow, in every scope)."""
     settings = {"privacy": {"usageStatisticsEnabled": False},
                 "general": {"enableAutoUpdate": False},
                 "model": {"generationConfig": {"maxRetries": 0}},
                 "memory": {"enableManagedAutoMemory": False},
+                "disableAllHooks": True,
                 "permissions": {"deny": _denied(_QWEN_TOOLS, context.granted)}}  # fmt: skip
-    return {".qwen/settings.json": json.dumps(settings, indent=2) + "\n"}
+    return {_QWEN_SETTINGS: json.dumps(settings, indent=2) + "\n"}
 
 
 _SPECS = (
@@ -475,8 +482,11 @@ _SPECS = (
     AdapterSpec(
         # [observed 0.15.10] a Gemini CLI fork on OpenAI Chat Completions: OPENAI_API_KEY (Bearer),
         # OPENAI_BASE_URL (+ /chat/completions, always stream:true) and OPENAI_MODEL, all three or it
-        # exits 1 "No auth type is selected"; QWEN_HOME holds settings.json (it rewrites the file and
-        # keeps settings.json.orig). The positional prompt is appended to stdin. It ignores NO_PROXY, so
+        # exits 1 "No auth type is selected"; settings go in its system tier, which outranks a
+        # repository's .qwen/settings.json (it rewrites the file and keeps a .orig). A repository's
+        # hooks and MCP servers run unless disableAllHooks (system tier) and --allowed-mcp-server-names
+        # "" (a workspace's mcp.allowed beats an empty system-tier list). The positional prompt is
+        # appended to stdin. It ignores NO_PROXY, so
         # its model calls reach the gateway through the box's proxy. settings' permissions.deny takes a
         # tool out of the request's tools and refuses a call to it anyway ("Matching deny rule"), listed
         # in the result's permission_denials; `monitor` starts a shell command, so it goes with
@@ -487,11 +497,14 @@ _SPECS = (
         name="qwen-code",
         executable="qwen",
         install_hint="npm install -g @qwen-code/qwen-code@0.15.10",
-        argv=_words("--output-format json --approval-mode yolo --max-session-turns {max_turns}"),
+        argv=(*_words("--output-format json --approval-mode yolo --max-session-turns {max_turns}"), *_NO_MCP),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.QWEN_JSON,
         trailing=(STDIN_POINTER,),
-        fixed_env={"QWEN_HOME": f"{AGENT_HOME}/.qwen"},
+        fixed_env={
+            "QWEN_HOME": f"{AGENT_HOME}/.qwen",
+            "QWEN_CODE_SYSTEM_SETTINGS_PATH": f"{AGENT_HOME}/{_QWEN_SETTINGS}",
+        },
         base_url_env=(("OPENAI_BASE_URL", "/openai/v1"),),
         key_envs=("OPENAI_API_KEY",),
         placeholder_key_env="OPENAI_API_KEY",

@@ -304,7 +304,7 @@ def test_qwen_code_argv_env_and_settings(bin_dir: Path) -> None:
     )
     assert inv.argv == (
         str(bin_dir / "qwen"), "--output-format", "json", "--approval-mode", "yolo", "--max-session-turns",
-        "30", adapters.STDIN_POINTER,
+        "30", "--allowed-mcp-server-names", "", adapters.STDIN_POINTER,
     )  # fmt: skip
     assert inv.stdin == PROMPT.encode()
     assert dict(inv.env) == {
@@ -312,9 +312,11 @@ def test_qwen_code_argv_env_and_settings(bin_dir: Path) -> None:
         "OPENAI_BASE_URL": f"{GATEWAY}/openai/v1",
         "OPENAI_MODEL": adapters.QWEN_DEFAULT_MODEL,  # without all three it will not start
         "PATH": f"{bin_dir}:{installed.SYSTEM_PATH}",
+        "QWEN_CODE_SYSTEM_SETTINGS_PATH": "/home/agent/.qwen/baton-settings.json",  # over the repository
         "QWEN_HOME": "/home/agent/.qwen",
     }
-    settings = json.loads(inv.home_files[".qwen/settings.json"])
+    settings = json.loads(inv.home_files[".qwen/baton-settings.json"])
+    assert settings["disableAllHooks"] is True
     assert settings["privacy"]["usageStatisticsEnabled"] is False
     assert settings["memory"]["enableManagedAutoMemory"] is False  # else a second model call per run
     assert settings["permissions"]["deny"] == ["run_shell_command", "monitor", "web_fetch"]
@@ -324,10 +326,12 @@ def test_qwen_code_denies_every_tool_not_granted_and_keeps_a_model_the_policy_pa
     read_only = invoke("qwen-code", bin_dir, tools=("read_repo",), env=("OPENAI_MODEL",),
                        env_values={"OPENAI_MODEL": "qwen3-coder-plus"})  # fmt: skip
     assert read_only.env["OPENAI_MODEL"] == "qwen3-coder-plus"
-    assert json.loads(read_only.home_files[".qwen/settings.json"])["permissions"]["deny"] == [
+    assert json.loads(read_only.home_files[".qwen/baton-settings.json"])["permissions"]["deny"] == [
         "grep_search", "glob", "edit", "write_file", "run_shell_command", "monitor", "web_fetch"
     ]  # fmt: skip
-    everything = json.loads(invoke("qwen-code", bin_dir, tools=ALL_TOOLS).home_files[".qwen/settings.json"])
+    everything = json.loads(
+        invoke("qwen-code", bin_dir, tools=ALL_TOOLS).home_files[".qwen/baton-settings.json"]
+    )
     assert everything["permissions"]["deny"] == []
 
 
