@@ -1,17 +1,20 @@
 """OpenAI Chat Completions (``POST /v1/chat/completions``) as Qwen Code, OpenCode, Aider and mini-swe-agent
 use it, for the model stand-in.
 
-Shapes checked against OpenAI's API reference (platform.openai.com/docs/api-reference/chat, the
-"create", "object" and "streaming" pages) on 2026-12-02: a streamed answer is data-only SSE, each
-``chat.completion.chunk`` with ``id``, ``created``, ``model``, ``choices[{index, delta, logprobs,
-finish_reason}]``; the first delta carries ``role``; tool calls arrive as ``delta.tool_calls[{index,
+Shapes checked on 2026-12-02 against OpenAI's API reference as its OpenAPI spec states it (the
+``ChatCompletionStreamOptions``, chunk and delta schemas, as generated into openai-struct and the
+openai-ruby SDK docs, found with the docs search) and against what the four clients accepted
+[observed]: a streamed answer is data-only SSE, each ``chat.completion.chunk`` with ``id`` and
+``created`` (the same in every chunk), ``model``, ``choices[{index, delta, logprobs,
+finish_reason}]``; the first delta carries ``role``; a tool call arrives as ``delta.tool_calls[{index,
 id, type:"function", function{name, arguments}}]`` with ``arguments`` in string pieces after the
 first; the last choice chunk has ``finish_reason`` (``tool_calls``/``stop``); with
-``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk with empty
-``choices`` carries the usage; then ``data: [DONE]``. Not streamed: a ``chat.completion`` with
-``choices[0].message{role, content, tool_calls, refusal}`` and ``usage{prompt_tokens,
-completion_tokens, total_tokens}``. Errors are OpenAI's ``{"error": {message, type, param, code}}``;
-an error inside a stream is a ``data: {"error": …}`` line (what the OpenAI SDKs raise on).
+``stream_options.include_usage`` every other chunk has ``usage: null`` and one more chunk with an
+empty ``choices`` array carries the usage, before ``data: [DONE]``. Not streamed: a
+``chat.completion`` with ``choices[0].message{role, content, tool_calls, refusal}`` and
+``usage{prompt_tokens, completion_tokens, total_tokens}``. Errors are OpenAI's ``{"error": {message,
+type, param, code}}``; an error inside a stream is a ``data: {"error": …}`` line (what the OpenAI
+SDKs raise on), with no ``[DONE]`` after it.
 """
 
 from __future__ import annotations

@@ -40,6 +40,12 @@ WRITE_TOOLS = ("write_file", "write")
 EDIT_TOOLS = ("replace", "edit")
 READ_TOOLS = ("read_file", "read")
 SHELL_TOOLS = ("run_shell_command", "bash", "shell")
+#: The file tools each file step prefers, in order, before falling back to a shell command.
+NATIVE: dict[type[Write | Edit | Read], tuple[str, ...]] = {
+    Write: WRITE_TOOLS,
+    Edit: EDIT_TOOLS,
+    Read: READ_TOOLS,
+}
 PATH_KEYS = ("file_path", "filePath", "absolute_path", "path")
 OLD_KEYS = ("old_string", "oldString")
 NEW_KEYS = ("new_string", "newString")
@@ -85,11 +91,10 @@ def render(answer: Answer, offer: Offer, workspace: str | None) -> Call | Say:
         if shell is None:
             raise _none_offered(answer, SHELL_TOOLS, offer)
         return Call(shell, _args(shell, offer, answer, {"command": answer.command}))
-    native = _first({Write: WRITE_TOOLS, Edit: EDIT_TOOLS, Read: READ_TOOLS}[type(answer)], offer.tools)
+    native = _first(NATIVE[type(answer)], offer.tools)
     if native is None:
         if shell is None:
-            names = {Write: WRITE_TOOLS, Edit: EDIT_TOOLS, Read: READ_TOOLS}[type(answer)]
-            raise _none_offered(answer, names + SHELL_TOOLS, offer)
+            raise _none_offered(answer, NATIVE[type(answer)] + SHELL_TOOLS, offer)
         command = shell_command(answer, workspace_path(answer.path, workspace) or answer.path)
         return Call(shell, _args(shell, offer, answer, {"command": command}))
     path = workspace_path(answer.path, workspace)

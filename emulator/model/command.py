@@ -17,9 +17,11 @@ from emulator.model.standin import MAX_STALL_SECONDS, ModelStandin
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "model-standin",
-        help="run a scripted stand-in for the Anthropic and OpenAI APIs (for tests and the demo)",
-        description="Serve POST /v1/messages (Anthropic, as Claude Code uses it) and POST /v1/responses "
-        "(OpenAI, as Codex uses it) on 127.0.0.1, answering each assistant turn from a JSON script "
+        help="run a scripted stand-in for the Anthropic, OpenAI and Gemini APIs (for tests and the demo)",
+        description="Serve POST /v1/messages (Anthropic, as Claude Code uses it), POST /v1/responses "
+        "(OpenAI Responses, as Codex uses it), POST /v1/chat/completions (Chat Completions, as Qwen Code, "
+        "OpenCode, Aider and mini-swe-agent use it) and /v1beta/models/MODEL:streamGenerateContent "
+        "(Gemini, as Gemini CLI uses it) on 127.0.0.1, answering each assistant turn from a JSON script "
         "(see emulator/README.md). Every request is recorded, key values only as SHA-256.",
     )
     parser.add_argument("--script", type=Path, required=True, help="the JSON script of turns")
@@ -29,9 +31,9 @@ def register(subparsers: Any) -> None:
         "--api-key-env",
         metavar="NAME",
         default=None,
-        help="require the key held in this environment variable (x-api-key / Authorization: Bearer)",
+        help="require the key held in this environment variable (x-api-key / Bearer / x-goog-api-key)",
     )
-    parser.add_argument("--workspace", default=None, help="absolute directory for Claude's file paths")
+    parser.add_argument("--workspace", default=None, help="absolute directory for relative file paths")
     parser.add_argument(
         "--max-stall",
         type=float,
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     print(
-        f"model stand-in on {standin.url} (Anthropic base URL {standin.anthropic_base_url}, "
+        f"model stand-in on {standin.url} (Anthropic and Gemini base URL {standin.anthropic_base_url}, "
         f"OpenAI base_url {standin.openai_base_url})",
         flush=True,
     )

@@ -67,6 +67,9 @@ STATUSES = {
 
 
 def _parts_text(content: Any) -> str:
+    """The text parts of a ``Content`` (or a plain string, as some SDKs send ``systemInstruction``)."""
+    if isinstance(content, str):
+        return content
     parts = content.get("parts") if isinstance(content, dict) else None
     if not isinstance(parts, list):
         return ""

@@ -3,13 +3,21 @@
 A script is JSON: a list of steps, or an object ``{"steps": [...], "workspace": "/abs/dir",
 "stream": "full" | "minimal"}``. Each step is an object with exactly one of these keys:
 
-answers (each one is one assistant turn):
-  ``{"text": "Done."}``                                   final text (Anthropic end_turn; OpenAI message)
-  ``{"tool": {"name": "Bash", "input": {...}}}``          any tool call, as given
-  ``{"write": {"path": "a.txt", "content": "..."}}``      Claude ``Write`` / Codex ``apply_patch`` Add File
-  ``{"edit": {"path": "a.txt", "old": "x", "new": "y"}}`` Claude ``Edit`` / Codex ``apply_patch`` Update File
-  ``{"read": "a.txt"}``                                   Claude ``Read`` / Codex ``exec_command`` ``cat``
-  ``{"bash": "ls -la"}``                                  Claude ``Bash`` / Codex ``exec_command``
+answers (each one is one assistant turn), provider-neutral: each is rendered for the client that asks
+(:mod:`emulator.model.clients` picks by the tools the request offers):
+  ``{"text": "Done."}``                                   final text (for mini-swe-agent the command
+                                                          ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``)
+  ``{"tool": {"name": "Bash", "input": {...}}}``          any tool call, as given, in every dialect
+  ``{"write": {"path": "a.txt", "content": "..."}}``      Claude ``Write``, Codex ``apply_patch`` Add File,
+                                                          Gemini CLI/Qwen ``write_file``, OpenCode ``write``,
+                                                          mini-swe-agent a quoted heredoc, Aider its format
+  ``{"edit": {"path": "a.txt", "old": "x", "new": "y"}}`` Claude ``Edit``, Codex Update File, Gemini CLI
+                                                          ``replace``, Qwen/OpenCode ``edit``, mini-swe-agent
+                                                          ``python3 -c``, Aider its format
+  ``{"read": "a.txt"}``                                   Claude ``Read``, Codex / mini-swe-agent ``cat``,
+                                                          Gemini CLI / Qwen ``read_file``, OpenCode ``read``
+  ``{"bash": "ls -la"}``                                  Claude ``Bash``, Codex ``exec_command``, Gemini
+                                                          CLI/Qwen ``run_shell_command``, others ``bash``
 faults (answered before the turn's answer; each consumes ``times`` requests, default 1, or ``"always"``):
   ``{"error": {"status": 529, "message"?, "body"?, "headers"?, "in_stream"?, "times"?}}``
   ``{"stall": {"seconds"?, "then"?: "drop" | "answer", "after_headers"?, "times"?}}``
@@ -17,7 +25,8 @@ faults (answered before the turn's answer; each consumes ``times`` requests, def
 
 The server is stateless about the conversation: it counts the assistant turns already in the
 request (turn ``t``) and serves turn ``t``'s faults, in order, then its answer. Faults after the
-last answer form a final turn with no answer; past the script's end the server answers 400.
+last answer form a final turn with no answer; past the script's end the server answers 400, as it
+does for a step the asking client offers no tool for.
 """
 
 from __future__ import annotations

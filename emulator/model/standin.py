@@ -1,8 +1,10 @@
 """A local stand-in for model providers, scripted turn by turn: for tests and the demo, never for Baton.
 
 It speaks the Anthropic Messages API as Claude Code uses it (``POST /v1/messages``, with any query
-string, and ``/v1/messages/count_tokens``) and the OpenAI Responses API as Codex uses it
-(``POST /v1/responses``), answers ``HEAD``/``GET``
+string, and ``/v1/messages/count_tokens``), the OpenAI Responses API as Codex uses it
+(``POST /v1/responses``), OpenAI Chat Completions as Qwen Code, OpenCode, Aider and mini-swe-agent use
+it (``POST /v1/chat/completions``) and the Gemini API as Gemini CLI uses it
+(``/v1beta/models/{model}:streamGenerateContent`` and friends), answers ``HEAD``/``GET``
 and any other path 404 at once, and records every request (auth header *values* replaced by their
 SHA-256) in memory and in a JSONL file. The script format is in :mod:`emulator.model.script`.
 
@@ -48,11 +50,13 @@ def _as_script(script: Script | Path | str | list[Any] | dict[str, Any]) -> Scri
 class ModelStandin:
     """A live stand-in on 127.0.0.1 (``port=0``: a free one), on a background thread.
 
-    ``url`` is the Anthropic base URL (``ANTHROPIC_BASE_URL``; Claude Code appends ``/v1/messages``),
-    ``openai_base_url`` the Codex provider ``base_url`` (``…/v1``). With ``api_key`` set, a request
-    without that key (``x-api-key`` for Anthropic, ``Authorization: Bearer`` for OpenAI) gets 401.
-    ``workspace`` turns relative paths into absolute ones for Claude's file tools (else the script's
-    ``workspace``, else the ``Working directory:`` Claude Code states in its system prompt).
+    ``url`` is the Anthropic base URL (``ANTHROPIC_BASE_URL``; Claude Code appends ``/v1/messages``)
+    and the Gemini one (``GOOGLE_GEMINI_BASE_URL``), ``openai_base_url`` (``…/v1``) the Codex provider
+    ``base_url`` and the Chat Completions base URL (``OPENAI_BASE_URL``, ``OPENAI_API_BASE``, OpenCode's
+    ``baseURL``). With ``api_key`` set, a request without that key (``x-api-key`` for Anthropic,
+    ``Authorization: Bearer`` for OpenAI, ``x-goog-api-key`` or ``?key=`` for Gemini) gets 401.
+    ``workspace`` turns relative paths into absolute ones for file tools (else the script's
+    ``workspace``, else the working directory the CLI states in its prompt).
     """
 
     def __init__(
