@@ -27,7 +27,9 @@ def _pattern(body: str, title: str) -> dict[str, Any]:
     return {"type": "string", "title": title, "pattern": f"^{body}{_END}"}
 
 
-ADAPTERS = ("claude-code", "codex", "gemini", "aider", "mini-swe-agent", "opencode", "script", "command")
+ADAPTERS = (
+    "claude-code", "codex", "gemini", "qwen-code", "opencode", "aider", "mini-swe-agent", "script", "command"
+)  # fmt: skip
 #: Adapter names Baton once accepted, and why a policy naming one is now refused.
 RETIRED_ADAPTERS = {
     "goose": "Goose is on neither npm nor PyPI (its releases are downloads from GitHub), so Baton's CI "

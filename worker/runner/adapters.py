@@ -33,6 +33,7 @@ from baton import codes
 from baton.errors import BatonError
 from worker.policy import MODEL_KEYS, Agent
 from worker.runner import results
+from worker.runner.bwrap import AGENT_HOME
 from worker.runner.installed import SYSTEM_PATH, install_dirs, parse_version, run_version, script_agent_source
 from worker.runner.results import AgentResult, ResultFormat
 
@@ -325,8 +326,6 @@ _OPENCODE_PERMISSIONS = {"read_repo": ("read",), "search_repo": ("glob", "grep",
 _CLAUDE_TOOLS = {"read_repo": ("Read",), "search_repo": ("Glob", "Grep"),
                  "edit_files": ("Edit", "Write", "NotebookEdit"), "run_shell": ("Bash",),
                  "web_fetch": ("WebFetch",), "model_server_tools": ("WebSearch",)}  # fmt: skip
-_GEMINI_TOOLS = {"run_shell": ("run_shell_command",), "web_fetch": ("web_fetch",),
-                 "model_server_tools": ("google_web_search",)}  # fmt: skip
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -379,8 +378,6 @@ def _opencode_config(context: Context) -> tuple[tuple[str, ...], Mapping[str, st
     return (), {"OPENCODE_CONFIG_CONTENT": json.dumps(config, sort_keys=True)}
 
 
-#: HOME inside the box (worker.runner.bwrap.AGENT_HOME), for CLIs that want absolute paths into it.
-_BOX_HOME = "/home/agent"
 #: The model Aider and mini-swe-agent ask for unless the policy passes AIDER_MODEL or MSWEA_MODEL_NAME:
 #: one both know [observed: aider's settings for it, litellm's bundled price map] and the gateway prices.
 DEFAULT_OPENAI_MODEL = "openai/gpt-5-mini"
@@ -455,6 +452,70 @@ def _mini_config(context: Context) -> Mapping[str, str]:
     return {_MINI_CONFIG: yaml.safe_dump(config, allow_unicode=True, sort_keys=False, width=1 << 20)}
 
 
+#: Gemini CLI 0.61.0's tool names per Baton tool [observed: the functionDeclarations it sends]; its
+#: background-shell readers go with the shell.
+_GEMINI_TOOLS = {"read_repo": ("read_file", "list_directory"), "search_repo": ("grep_search", "glob"),
+                 "edit_files": ("write_file", "replace"),
+                 "run_shell": ("run_shell_command", "list_background_processes", "read_background_output"),
+                 "web_fetch": ("web_fetch",), "model_server_tools": ("google_web_search",)}  # fmt: skip
+#: The admin-tier policy file Gemini CLI is pointed at, relative to HOME.
+_GEMINI_POLICY = ".gemini/baton-policy.toml"
+_GEMINI_POLICY_PATH = f"{AGENT_HOME}/{_GEMINI_POLICY}"
+#: Without a model Gemini CLI first asks a lite model to route [observed]; 0.61.0's own default model.
+GEMINI_DEFAULT_MODEL = "gemini-2.5-pro"
+#: Qwen Code 0.15.10's tool names per Baton tool [observed]; ``monitor`` runs a shell command.
+_QWEN_TOOLS = {"read_repo": ("read_file", "list_directory"), "search_repo": ("grep_search", "glob"),
+               "edit_files": ("edit", "write_file"), "run_shell": ("run_shell_command", "monitor"),
+               "web_fetch": ("web_fetch",)}  # fmt: skip
+#: Qwen Code's settings file (its system tier), relative to HOME.
+_QWEN_SETTINGS = ".qwen/baton-settings.json"
+#: Qwen Code: an empty allow-list of MCP servers (even one a repository names "" stays off) [observed].
+_NO_MCP = ("--allowed-mcp-server-names", "")
+#: Qwen Code will not start without a model name; the policy may pass its own OPENAI_MODEL.
+QWEN_DEFAULT_MODEL = "gpt-5.4-mini"
+
+
+def _denied(table: Mapping[str, tuple[str, ...]], granted: frozenset[str]) -> list[str]:
+    return [name for tool, names in table.items() if tool not in granted for name in names]
+
+
+def _gemini_model(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    """GEMINI_MODEL unless the policy passes its own (so no routing call to a model it did not pick)."""
+    return (), ({} if "GEMINI_MODEL" in context.agent.env else {"GEMINI_MODEL": GEMINI_DEFAULT_MODEL})
+
+
+def _gemini_home(context: Context) -> Mapping[str, str]:
+    """User settings (the auth type the base URL needs, no usage statistics, one attempt per call) and
+    the admin-tier policy that denies every tool not granted (admin rules outrank a repository's)."""
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": False},
+                "general": {"maxAttempts": 1, "enableAutoUpdate": False,
+                            "enableAutoUpdateNotification": False}}  # fmt: skip
+    denied = _denied(_GEMINI_TOOLS, context.granted)
+    policy = "# Baton: every tool the policy did not grant is denied (taken out of the model's view).\n"
+    if denied:
+        policy += f'[[rule]]\ntoolName = {json.dumps(denied)}\ndecision = "deny"\npriority = 999\n'
+    return {".gemini/settings.json": json.dumps(settings, indent=2) + "\n", _GEMINI_POLICY: policy}
+
+
+def _qwen_model(context: Context) -> tuple[tuple[str, ...], Mapping[str, str]]:
+    return (), ({} if "OPENAI_MODEL" in context.agent.env else {"OPENAI_MODEL": QWEN_DEFAULT_MODEL})
+
+
+def _qwen_home(context: Context) -> Mapping[str, str]:
+    """Baton's settings as Qwen Code's *system* settings (QWEN_CODE_SYSTEM_SETTINGS_PATH), which
+    override the user's and the repository's: no usage statistics, no retries, no memory-extraction
+    call, no hooks (a repository's .qwen/settings.json hooks run otherwise [observed]), and
+    permissions.deny for every tool not granted (deny outranks any allow, in every scope)."""
+    settings = {"privacy": {"usageStatisticsEnabled": False},
+                "general": {"enableAutoUpdate": False},
+                "model": {"generationConfig": {"maxRetries": 0}},
+                "memory": {"enableManagedAutoMemory": False},
+                "disableAllHooks": True,
+                "permissions": {"deny": _denied(_QWEN_TOOLS, context.granted)}}  # fmt: skip
+    return {_QWEN_SETTINGS: json.dumps(settings, indent=2) + "\n"}
+
+
 _SPECS = (
     AdapterSpec(
         # [observed] prompt on stdin with -p and no positional; the tool lists remove Bash, WebFetch and
@@ -505,25 +566,69 @@ _SPECS = (
         configure=_codex_provider,
     ),
     AdapterSpec(
-        # [documented] headless when --prompt is given, which is appended to stdin; --output-format json;
-        # --approval-mode; GEMINI_CLI_TRUST_WORKSPACE (an untrusted folder forces the default mode).
-        # [inferred] tools that need approval are left out in headless runs unless --allowed-tools names
-        # them; GOOGLE_GEMINI_BASE_URL (reported ignored by some versions); GEMINI_TELEMETRY_ENABLED.
+        # [observed 0.61.0] `-p` with the prompt on stdin runs headless ("appended to input on stdin");
+        # GEMINI_API_KEY is sent as x-goog-api-key to GOOGLE_GEMINI_BASE_URL + /v1beta/models/
+        # M:streamGenerateContent?alt=sse; without settings' security.auth.selectedType it exits 41;
+        # without a model it first asks a lite model to route; headless in an untrusted folder it exits
+        # 55, so --skip-trust; the approval mode "default" still asks (= refuses, headless) for
+        # run_shell_command even when a policy rule allows it, hence yolo, and an admin-tier policy file
+        # (--admin-policy) denies each tool not granted: a global deny takes the tool out of the
+        # request's functionDeclarations, a call to it anyway gets 'Tool "…" not found', and it holds
+        # against a repository's .gemini/settings.json (tools.core/tools.allowed) [observed]. Its
+        # google_web_search asks the provider to search (a server tool): model_server_tools. With
+        # usageStatisticsEnabled false and maxAttempts 1 the only traffic is the model's. Its own
+        # sandbox (-s) is off by default. Errors: exit code = HTTP status mod 256 (400 -> 144) and the
+        # error as JSON on stderr, stdout empty.
         name="gemini",
         executable="gemini",
-        install_hint="npm install -g @google/gemini-cli",
-        argv=("--output-format", "json"),
+        install_hint="npm install -g @google/gemini-cli@0.61.0",
+        argv=(
+            *_words("--output-format json --skip-trust --approval-mode yolo --admin-policy"),
+            _GEMINI_POLICY_PATH,
+        ),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.GEMINI_JSON,
-        tool_names=_GEMINI_TOOLS,
-        allow_flag="--allowed-tools",
-        when_granted={"edit_files": ("--approval-mode", "auto_edit")},
-        when_denied={"edit_files": ("--approval-mode", "default")},
         trailing=("--prompt", STDIN_POINTER),
-        fixed_env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_TELEMETRY_ENABLED": "false"},
+        fixed_env={"GEMINI_CLI_HOME": AGENT_HOME},
         base_url_env=(("GOOGLE_GEMINI_BASE_URL", "/gemini"),),
         key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         placeholder_key_env="GEMINI_API_KEY",
+        configure=_gemini_model,
+        home_files=_gemini_home,
+        repertoire=tuple(_GEMINI_TOOLS),
+    ),
+    AdapterSpec(
+        # [observed 0.15.10] a Gemini CLI fork on OpenAI Chat Completions: OPENAI_API_KEY (Bearer),
+        # OPENAI_BASE_URL (+ /chat/completions, always stream:true) and OPENAI_MODEL, all three or it
+        # exits 1 "No auth type is selected"; settings go in its system tier, which outranks a
+        # repository's .qwen/settings.json (it rewrites the file and keeps a .orig). A repository's
+        # hooks and MCP servers run unless disableAllHooks (system tier) and --allowed-mcp-server-names
+        # "" (a workspace's mcp.allowed beats an empty system-tier list). The positional prompt is
+        # appended to stdin. It ignores NO_PROXY, so
+        # its model calls reach the gateway through the box's proxy. settings' permissions.deny takes a
+        # tool out of the request's tools and refuses a call to it anyway ("Matching deny rule"), listed
+        # in the result's permission_denials; `monitor` starts a shell command, so it goes with
+        # run_shell. Without memory.enableManagedAutoMemory false every run ends with a second,
+        # "memory extraction" model call; without usageStatisticsEnabled false it calls an analytics
+        # host. In json mode a model error still exits 0 with is_error false (the result text starts
+        # "[API Error:"); HTTP 500 is retried for over a minute whatever maxRetries says.
+        name="qwen-code",
+        executable="qwen",
+        install_hint="npm install -g @qwen-code/qwen-code@0.15.10",
+        argv=(*_words("--output-format json --approval-mode yolo --max-session-turns {max_turns}"), *_NO_MCP),
+        prompt_via=PromptVia.STDIN,
+        result_format=ResultFormat.QWEN_JSON,
+        trailing=(STDIN_POINTER,),
+        fixed_env={
+            "QWEN_HOME": f"{AGENT_HOME}/.qwen",
+            "QWEN_CODE_SYSTEM_SETTINGS_PATH": f"{AGENT_HOME}/{_QWEN_SETTINGS}",
+        },
+        base_url_env=(("OPENAI_BASE_URL", "/openai/v1"),),
+        key_envs=("OPENAI_API_KEY",),
+        placeholder_key_env="OPENAI_API_KEY",
+        configure=_qwen_model,
+        home_files=_qwen_home,
+        repertoire=tuple(_QWEN_TOOLS),
     ),
     AdapterSpec(
         # [observed 0.86.2] --message-file runs one message and exits (rc 0 even when every model call
@@ -575,9 +680,9 @@ _SPECS = (
         install_hint="python -m pip install mini-swe-agent==2.4.6 (in a virtual environment of its own)",
         argv=(
             "-c",
-            f"{_BOX_HOME}/{_MINI_CONFIG}",
+            f"{AGENT_HOME}/{_MINI_CONFIG}",
             "-o",
-            f"{_BOX_HOME}/{_MINI_TRAJECTORY}",
+            f"{AGENT_HOME}/{_MINI_TRAJECTORY}",
             "--yolo",
             "--exit-immediately",
         ),

@@ -31,10 +31,11 @@ _MAX_COUNT = 10**15
 class ResultFormat(StrEnum):
     CLAUDE_JSON = "claude-json"  # one JSON object: --output-format json [observed]
     CODEX_JSONL = "codex-jsonl"  # exec --json events [observed]
-    GEMINI_JSON = "gemini-json"  # --output-format json: {response, stats, error} [documented]
     OPENCODE_JSONL = "opencode-jsonl"  # run --format json events [observed, 1.18.33]
     AIDER_TEXT = "aider-text"  # Aider's console output: no structure, but fixed phrases [observed 0.86.2]
     MINI_TRAJECTORY = "mini-trajectory"  # mini-swe-agent's -o trajectory file [observed 2.4.6]
+    GEMINI_JSON = "gemini-json"  # --output-format json: {session_id, response, stats} [observed 0.61.0]
+    QWEN_JSON = "qwen-json"  # --output-format json: one array of events, the last "result" [observed 0.15.10]
     SCRIPT = "script"  # Baton's script agent: its last stdout line
     TEXT = "text"  # exit code and the output's tail
 
@@ -270,7 +271,9 @@ def _codex(text: str, reading: _Reading) -> None:
 
 
 def _gemini(text: str, reading: _Reading) -> None:
-    """``{"response": ..., "stats": {...}, "error": {...}}`` [documented, not run]."""
+    """``{"session_id", "response", "stats": {"models": {M: {"api": {"totalRequests"}, "tokens":
+    {"prompt", "candidates"}}}, "tools": {"totalFail", ...}}}`` on stdout [observed 0.61.0]. A failed
+    model call leaves stdout empty (its ``{"error"}`` object goes to stderr) and a non-zero exit."""
     result = _last_object(text, reading, lambda item: "response" in item or "error" in item)
     if not result:
         return
@@ -285,7 +288,11 @@ def _gemini(text: str, reading: _Reading) -> None:
     models = stats.get("models") if isinstance(stats, Mapping) else None
     if isinstance(models, Mapping):
         for model in list(models.values())[:MAX_ITEMS]:
-            tokens = model.get("tokens") if isinstance(model, Mapping) else None
+            if not isinstance(model, Mapping):
+                continue
+            api, tokens = model.get("api"), model.get("tokens")
+            if isinstance(api, Mapping):
+                reading.num_turns = _add(reading.num_turns, api.get("totalRequests"))
             if isinstance(tokens, Mapping):
                 reading.input_tokens = _add(reading.input_tokens, tokens.get("prompt"))
                 reading.output_tokens = _add(reading.output_tokens, tokens.get("candidates"))
@@ -295,6 +302,28 @@ def _gemini(text: str, reading: _Reading) -> None:
 _OPENCODE_REFUSALS = ("a rule which prevents you from using", "rejected permission to use")
 #: OpenCode's file tools that name one file in ``filePath``.
 _OPENCODE_EDITS = frozenset({"write", "edit", "multiedit"})
+
+
+def _qwen(text: str, reading: _Reading) -> None:
+    """``[{"type":"system",...}, {"type":"assistant",...}, {"type":"result","is_error":false,
+    "num_turns":2,"result":"Done.","usage":{...},"permission_denials":[{"tool_name":...}]}]``
+    [observed 0.15.10]. A failed model call is still ``is_error: false`` with exit 0: the result
+    text starting ``[API Error:`` is the only sign, so it counts as an error here."""
+    try:
+        whole = _loads(text)
+    except (ValueError, RecursionError):
+        whole = None
+    events = whole if isinstance(whole, list) else [whole] if isinstance(whole, dict) else None
+    if events is None:
+        events = list(_lines(text, reading))  # stream-json, or an array cut off: one event per line
+    results = [e for e in events[-MAX_ITEMS:] if isinstance(e, dict) and e.get("type") == "result"]
+    if not results:
+        reading.notes.append("no result object in the output")
+        return
+    _claude(json.dumps(results[-1]), reading)
+    if (reading.summary or "").startswith("[API Error"):
+        reading.reported_error = True
+        reading.subtype = "api_error"
 
 
 def _opencode(text: str, reading: _Reading) -> None:
@@ -489,6 +518,7 @@ _READERS: Mapping[ResultFormat, Callable[[str, _Reading], None]] = {
     ResultFormat.CLAUDE_JSON: _claude,
     ResultFormat.CODEX_JSONL: _codex,
     ResultFormat.GEMINI_JSON: _gemini,
+    ResultFormat.QWEN_JSON: _qwen,
     ResultFormat.OPENCODE_JSONL: _opencode,
     ResultFormat.AIDER_TEXT: _aider,
     ResultFormat.MINI_TRAJECTORY: _mini,

@@ -31,7 +31,7 @@ ALL_TOOLS = (
     "web_search",
     "model_server_tools",
 )
-EXECUTABLES = ("claude", "codex", "gemini", "aider", "mini", "opencode", "my-agent")
+EXECUTABLES = ("claude", "codex", "gemini", "qwen", "aider", "mini", "opencode", "my-agent")
 
 
 @pytest.fixture
@@ -253,19 +253,94 @@ def test_codex_without_a_key_listed_or_a_model(bin_dir: Path) -> None:
 # --- gemini, qwen-code, opencode, aider and mini-swe-agent [observed; see adapters.py] ------------
 
 
-def test_gemini(bin_dir: Path) -> None:
-    inv = invoke("gemini", bin_dir, tools=("read_repo", "edit_files", "run_shell"), env=("GEMINI_API_KEY",),
-                 env_values={"GEMINI_API_KEY": "g"})  # fmt: skip
-    assert inv.argv[1:3] == ("--output-format", "json")
-    assert flag(inv.argv, "--allowed-tools") == "run_shell_command"
-    assert flag(inv.argv, "--approval-mode") == "auto_edit"
-    assert inv.argv[-2:] == ("--prompt", adapters.STDIN_POINTER)
-    assert inv.env["GOOGLE_GEMINI_BASE_URL"] == f"{GATEWAY}/gemini"
-    assert inv.env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
-    assert inv.env["GEMINI_API_KEY"] == PLACEHOLDER
-    read_only = invoke("gemini", bin_dir, tools=("read_repo",))
-    assert flag(read_only.argv, "--approval-mode") == "default"
-    assert "--allowed-tools" not in read_only.argv
+def gemini_policy(inv: Invocation) -> str:
+    return inv.home_files[".gemini/baton-policy.toml"]
+
+
+def test_gemini_argv_env_and_settings(bin_dir: Path) -> None:
+    inv = invoke("gemini", bin_dir, env=("GEMINI_API_KEY",), env_values={"GEMINI_API_KEY": "g"})
+    assert inv.argv == (
+        str(bin_dir / "gemini"), "--output-format", "json", "--skip-trust", "--approval-mode", "yolo",
+        "--admin-policy", "/home/agent/.gemini/baton-policy.toml", "--prompt", adapters.STDIN_POINTER,
+    )  # fmt: skip
+    assert inv.stdin == PROMPT.encode()
+    assert dict(inv.env) == {
+        "GEMINI_API_KEY": PLACEHOLDER,
+        "GEMINI_CLI_HOME": "/home/agent",
+        "GEMINI_MODEL": adapters.GEMINI_DEFAULT_MODEL,
+        "GOOGLE_GEMINI_BASE_URL": f"{GATEWAY}/gemini",
+        "PATH": f"{bin_dir}:{installed.SYSTEM_PATH}",
+    }
+    settings = json.loads(inv.home_files[".gemini/settings.json"])
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # else exit 41 with a base URL
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["general"]["maxAttempts"] == 1
+
+
+def test_gemini_denies_in_its_admin_policy_every_tool_not_granted(bin_dir: Path) -> None:
+    inv = invoke("gemini", bin_dir, tools=("read_repo", "edit_files"))
+    assert gemini_policy(inv).splitlines()[1:] == [
+        "[[rule]]",
+        'toolName = ["grep_search", "glob", "run_shell_command", "list_background_processes", '
+        '"read_background_output", "web_fetch", "google_web_search"]',
+        'decision = "deny"',
+        "priority = 999",
+    ]
+    # web_search alone does not bring the provider's search (a server tool): model_server_tools does.
+    tools = ("read_repo", "search_repo", "edit_files", "run_shell", "web_fetch", "web_search")
+    searcher = gemini_policy(invoke("gemini", bin_dir, tools=tools))
+    assert 'toolName = ["google_web_search"]' in searcher
+    assert "[[rule]]" not in gemini_policy(invoke("gemini", bin_dir, tools=ALL_TOOLS))
+
+
+def test_gemini_keeps_a_model_the_policy_passes(bin_dir: Path) -> None:
+    inv = invoke("gemini", bin_dir, env=("GEMINI_MODEL",), env_values={"GEMINI_MODEL": "gemini-3-pro"})
+    assert inv.env["GEMINI_MODEL"] == "gemini-3-pro"
+    direct = invoke("gemini", bin_dir, base_url=None)
+    assert "GOOGLE_GEMINI_BASE_URL" not in direct.env
+    assert "GEMINI_API_KEY" not in direct.env
+
+
+def test_qwen_code_argv_env_and_settings(bin_dir: Path) -> None:
+    inv = invoke(
+        "qwen-code", bin_dir, timeout=600, env=("OPENAI_API_KEY",), env_values={"OPENAI_API_KEY": "o"}
+    )
+    assert inv.argv == (
+        str(bin_dir / "qwen"), "--output-format", "json", "--approval-mode", "yolo", "--max-session-turns",
+        "30", "--allowed-mcp-server-names", "", adapters.STDIN_POINTER,
+    )  # fmt: skip
+    assert inv.stdin == PROMPT.encode()
+    assert dict(inv.env) == {
+        "OPENAI_API_KEY": PLACEHOLDER,
+        "OPENAI_BASE_URL": f"{GATEWAY}/openai/v1",
+        "OPENAI_MODEL": adapters.QWEN_DEFAULT_MODEL,  # without all three it will not start
+        "PATH": f"{bin_dir}:{installed.SYSTEM_PATH}",
+        "QWEN_CODE_SYSTEM_SETTINGS_PATH": "/home/agent/.qwen/baton-settings.json",  # over the repository
+        "QWEN_HOME": "/home/agent/.qwen",
+    }
+    settings = json.loads(inv.home_files[".qwen/baton-settings.json"])
+    assert settings["disableAllHooks"] is True
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["memory"]["enableManagedAutoMemory"] is False  # else a second model call per run
+    assert settings["permissions"]["deny"] == ["run_shell_command", "monitor", "web_fetch"]
+
+
+def test_qwen_code_denies_every_tool_not_granted_and_keeps_a_model_the_policy_passes(bin_dir: Path) -> None:
+    read_only = invoke("qwen-code", bin_dir, tools=("read_repo",), env=("OPENAI_MODEL",),
+                       env_values={"OPENAI_MODEL": "qwen3-coder-plus"})  # fmt: skip
+    assert read_only.env["OPENAI_MODEL"] == "qwen3-coder-plus"
+    assert json.loads(read_only.home_files[".qwen/baton-settings.json"])["permissions"]["deny"] == [
+        "grep_search", "glob", "edit", "write_file", "run_shell_command", "monitor", "web_fetch"
+    ]  # fmt: skip
+    everything = json.loads(
+        invoke("qwen-code", bin_dir, tools=ALL_TOOLS).home_files[".qwen/baton-settings.json"]
+    )
+    assert everything["permissions"]["deny"] == []
+
+
+def test_the_pinned_gemini_and_qwen_clis_report_their_versions(agent_cli_bin: Path) -> None:
+    assert adapters.version(SPECS["gemini"], str(agent_cli_bin / "gemini")) == "0.61.0"
+    assert adapters.version(SPECS["qwen-code"], str(agent_cli_bin / "qwen")) == "0.15.10"
 
 
 def test_aider_argv_and_env(bin_dir: Path) -> None:
@@ -722,13 +797,73 @@ def test_no_exit_code_is_an_error() -> None:
     assert SPECS["command"].parse_result(b"fine", 0).summary == "fine"
 
 
-def test_other_formats_best_effort() -> None:
-    gemini = json.dumps(
-        {"response": "ok", "stats": {"models": {"m": {"tokens": {"prompt": 3, "candidates": 4}}}}}
+#: Observed: gemini 0.61.0 -o json after a write_file call and a reply (trimmed: one role, no timings).
+GEMINI_OK = json.dumps({
+    "session_id": "95ba79b5", "response": "Done.",
+    "stats": {"models": {"gemini-2.5-pro": {
+        "api": {"totalRequests": 2, "totalErrors": 0, "totalLatencyMs": 221, "errorsByType": {}},
+        "tokens": {"input": 22, "prompt": 22, "candidates": 6, "total": 28, "cached": 0, "thoughts": 0,
+                   "tool": 0}}},
+        "tools": {"totalCalls": 1, "totalSuccess": 1, "totalFail": 0,
+                  "byName": {"write_file": {"count": 1, "success": 1, "fail": 0}}},
+        "files": {"totalLinesAdded": 1, "totalLinesRemoved": 0}},
+}, indent=2)  # fmt: skip
+#: Observed: qwen 0.15.10 -o json after a denied run_shell_command and a reply (trimmed).
+QWEN_DENIED = json.dumps([
+    {"type": "system", "subtype": "init", "session_id": "26ad8083", "cwd": "/workspace",
+     "tools": ["read_file", "write_file"], "permission_mode": "yolo", "qwen_code_version": "0.15.10"},
+    {"type": "assistant", "session_id": "26ad8083", "message": {"role": "assistant", "content": [
+        {"type": "text", "text": "Done."}], "usage": {"input_tokens": 11, "output_tokens": 3}}},
+    {"type": "result", "subtype": "success", "session_id": "26ad8083", "is_error": False, "duration_ms": 360,
+     "num_turns": 2, "result": "Done.", "usage": {"input_tokens": 22, "output_tokens": 6,
+                                                    "cache_read_input_tokens": 0, "total_tokens": 28},
+     "permission_denials": [{"tool_name": "run_shell_command", "tool_use_id": "c0",
+                             "tool_input": {"command": "echo pwned > pwned.txt"}}]},
+], separators=(",", ":"))  # fmt: skip
+#: Observed: qwen 0.15.10 -o json when the model answered HTTP 400: exit 0, is_error false (trimmed).
+QWEN_API_ERROR = json.dumps([
+    {"type": "system", "subtype": "init", "session_id": "14a4dc5d"},
+    {"type": "result", "subtype": "success", "session_id": "14a4dc5d", "is_error": False, "num_turns": 1,
+     "result": "[API Error: 400 scripted failure]", "usage": {"input_tokens": 0, "output_tokens": 0},
+     "permission_denials": []},
+], separators=(",", ":"))  # fmt: skip
+
+
+def test_gemini_result() -> None:
+    got = SPECS["gemini"].parse_result(GEMINI_OK, 0)
+    assert (got.is_error, got.summary, got.num_turns, got.input_tokens, got.output_tokens) == (
+        False, "Done.", 2, 22, 6)  # fmt: skip
+    assert got.parse_error is None
+
+
+def test_a_failed_gemini_call_is_an_error_with_nothing_on_stdout() -> None:
+    """Observed: HTTP 400 from the model -> exit 144 (400 mod 256), stdout empty, the error on stderr."""
+    got = SPECS["gemini"].parse_result(b"", 144)
+    assert got.is_error is True
+    assert got.summary is None
+    said = json.dumps({"session_id": "1", "error": {"type": "Error", "message": "quota", "code": 429}})
+    assert SPECS["gemini"].parse_result(said, 0).is_error is True
+    assert SPECS["gemini"].parse_result(said, 0).summary == "quota"
+
+
+def test_qwen_result_with_a_denied_shell() -> None:
+    got = SPECS["qwen-code"].parse_result(QWEN_DENIED, 0)
+    assert (got.is_error, got.subtype, got.summary, got.num_turns) == (False, "success", "Done.", 2)
+    assert (got.input_tokens, got.output_tokens) == (22, 6)
+    assert got.permission_denials == ("run_shell_command",)
+    assert got.parse_error is None
+
+
+def test_a_qwen_api_error_with_exit_0_is_an_error() -> None:
+    got = SPECS["qwen-code"].parse_result(QWEN_API_ERROR, 0)
+    assert (got.is_error, got.subtype, got.summary) == (
+        True,
+        "api_error",
+        "[API Error: 400 scripted failure]",
     )
-    got = SPECS["gemini"].parse_result(gemini, 0)
-    assert (got.summary, got.input_tokens, got.output_tokens, got.is_error) == ("ok", 3, 4, False)
-    assert SPECS["gemini"].parse_result(json.dumps({"error": {"message": "quota"}}), 0).is_error is True
+    cut = SPECS["qwen-code"].parse_result(QWEN_DENIED[: len(QWEN_DENIED) // 2], 0)
+    assert cut.summary is None
+    assert cut.parse_error == "no result object in the output"
 
 
 @settings(max_examples=300, deadline=None)
