@@ -17,6 +17,16 @@ VERIFIED_BY = {
     "test_the_real_claude_code_cli_edits_through_the_box_and_talks_only_to_its_model",
     "codex": "tests.worker.runner.test_baton_run:"
     "test_the_real_codex_cli_edits_through_the_box_and_talks_only_to_its_model",
+    "gemini": "tests.worker.runner.test_real_gemini:"
+    "test_gemini_cli_makes_its_one_commit_through_the_box_and_talks_only_to_its_model",
+    "qwen-code": "tests.worker.runner.test_real_qwen:"
+    "test_qwen_code_makes_its_one_commit_through_the_box_and_talks_only_to_its_model",
+    "opencode": "tests.worker.runner.test_real_opencode:"
+    "test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model",
+    "aider": "tests.worker.runner.test_real_aider:"
+    "test_aider_writes_a_file_through_the_box_and_talks_only_to_its_model",
+    "mini-swe-agent": "tests.worker.runner.test_real_mini_swe_agent:"
+    "test_mini_writes_a_file_through_the_box_and_talks_only_to_its_model",
 }
 _ROW = re.compile(r"^\| (?P<cli>[^|]+?) \| `(?P<adapter>[a-z-]+)` \| (?P<pinned>[^|]+?) \| (?P<ci>[^|]+) \|$")
 

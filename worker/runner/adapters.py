@@ -582,6 +582,7 @@ _SPECS = (
         name="gemini",
         executable="gemini",
         install_hint="npm install -g @google/gemini-cli@0.61.0",
+        pinned="0.61.0",
         argv=(
             *_words("--output-format json --skip-trust --approval-mode yolo --admin-policy"),
             _GEMINI_POLICY_PATH,
@@ -615,6 +616,7 @@ _SPECS = (
         name="qwen-code",
         executable="qwen",
         install_hint="npm install -g @qwen-code/qwen-code@0.15.10",
+        pinned="0.15.10",
         argv=(*_words("--output-format json --approval-mode yolo --max-session-turns {max_turns}"), *_NO_MCP),
         prompt_via=PromptVia.STDIN,
         result_format=ResultFormat.QWEN_JSON,
@@ -646,6 +648,7 @@ _SPECS = (
         name="aider",
         executable="aider",
         install_hint="python -m pip install aider-chat==0.86.2 (in a virtual environment of its own)",
+        pinned="0.86.2",
         argv=_words(
             "--message-file {prompt_file} --yes-always --no-git --no-auto-commits --no-dirty-commits "
             "--no-check-update --analytics-disable --no-analytics --no-show-release-notes "
@@ -678,6 +681,7 @@ _SPECS = (
         name="mini-swe-agent",
         executable="mini",
         install_hint="python -m pip install mini-swe-agent==2.4.6 (in a virtual environment of its own)",
+        pinned="2.4.6",
         argv=(
             "-c",
             f"{AGENT_HOME}/{_MINI_CONFIG}",
