@@ -107,7 +107,8 @@ def cancel_long_run(demo: Demo) -> Result:
 
 
 #: The real agent CLIs the demo can play (``--agents``), by adapter: (executable, name). The org
-#: policy of the demo's world has an agent of each adapter's name.
+#: policy of the demo's world has an agent for each: ``claude-code``, and ``demo-<adapter>`` for the
+#: rest (so the tests' own ``codex`` agents do not clash with it).
 REAL_AGENTS = {
     "claude-code": ("claude", "Claude Code"),
     "codex": ("codex", "Codex"),
@@ -128,7 +129,8 @@ def real_agent(adapter: str) -> tuple[str, Callable[[Demo], Result]]:
             return (f"PR with {name}'s change (needs the {executable} CLI)",
                     f"skipped: the {executable} CLI is not installed", True)  # fmt: skip
         number = demo.issue(f"Add a greeting from {name}", "maria")
-        state = demo.wait(demo.label(number, adapter, "maria")["guid"])
+        agent = adapter if adapter == "claude-code" else f"demo-{adapter}"
+        state = demo.wait(demo.label(number, agent, "maria")["guid"])
         head = demo.branch(number)
         changed = head is not None and demo.file_at(head, AGENT_PATH) == AGENT_FILE
         return (
@@ -137,7 +139,7 @@ def real_agent(adapter: str) -> tuple[str, Callable[[Demo], Result]]:
             (state == "pr_opened" and changed and len(demo.pulls(number)) == 1),
         )
 
-    return f"the real {name} CLI, where installed", play
+    return f"the real {name}{'' if name.endswith(' CLI') else ' CLI'}, where installed", play
 
 
 #: What the model stand-in answers to the real key, and nothing else: the gateway must send it.

@@ -49,33 +49,33 @@ agents:
     adapter: script
     tools: [read_repo, edit_files]
     timeout: 5m
-  # One agent per real CLI (`baton demo --agents`), each named after its adapter.
-  codex:
+  # One agent per real CLI (`baton demo --agents`): demo-<adapter> (claude-code is above).
+  demo-codex:
     adapter: codex
     tools: [read_repo, edit_files]
     model_endpoints: [api.openai.com]
     env: [OPENAI_API_KEY]
-  gemini:
+  demo-gemini:
     adapter: gemini
     tools: [read_repo, edit_files]
     model_endpoints: [generativelanguage.googleapis.com]
     env: [GEMINI_API_KEY]
-  qwen-code:
+  demo-qwen-code:
     adapter: qwen-code
     tools: [read_repo, edit_files]
     model_endpoints: [api.openai.com]
     env: [OPENAI_API_KEY]
-  opencode:
+  demo-opencode:
     adapter: opencode
     tools: [read_repo, edit_files]
     model_endpoints: [api.anthropic.com]
     env: [ANTHROPIC_API_KEY]
-  aider:
+  demo-aider:
     adapter: aider
     tools: [read_repo, edit_files]
     model_endpoints: [api.openai.com]
     env: [OPENAI_API_KEY]
-  mini-swe-agent:
+  demo-mini-swe-agent:
     adapter: mini-swe-agent
     tools: [read_repo, edit_files, run_shell]
     model_endpoints: [api.openai.com]
@@ -109,6 +109,19 @@ agents:
     timeout: 2m
   helper:
     timeout: 2m
+  # The real CLIs of `baton demo --agents`, as the org defines them.
+  demo-codex:
+    timeout: 10m
+  demo-gemini:
+    timeout: 10m
+  demo-qwen-code:
+    timeout: 10m
+  demo-opencode:
+    timeout: 10m
+  demo-aider:
+    timeout: 10m
+  demo-mini-swe-agent:
+    timeout: 10m
 """
 
 

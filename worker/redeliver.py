@@ -38,7 +38,7 @@ from githubkit import GitHub
 from githubkit.exception import GitHubException
 
 from baton import keys, queues, records
-from worker import locks
+from worker import keepalive, locks
 from worker.context import Context
 from worker.github.client import github_error
 
@@ -50,7 +50,10 @@ MAX_PAGES = 50  # 5,000 failed attempts listed per pass at most
 RETENTION_S = 3 * 24 * 3600  # GitHub keeps deliveries this long
 MAX_BACKOFF_S = 3600
 LOCK_KEY = keys.REDELIVERY_LOCK_KEY
-LOCK_MS = 10 * 60 * 1000  # longer than a bounded pass takes
+#: The pass lock's lease, renewed every RENEW_S while the pass runs: a worker that dies mid-pass (or
+#: loses Redis) holds it this long at most, not for as long as the longest pass could take.
+LOCK_MS = 30_000
+RENEW_S = 10.0
 STATE_KEY = keys.REDELIVERY_STATE_KEY  # what each key holds: baton/keys.py
 REQUESTED_PREFIX = keys.REDELIVERY_GUID_PREFIX
 GIVEN_UP_KEY = keys.REDELIVERY_GIVEN_UP_KEY
@@ -167,9 +170,17 @@ def maybe_run(ctx: Context, *, now: float | None = None) -> Summary | None:
         due = ctx.redis.hget(STATE_KEY, "next_at")  # another pass may have finished just now
         if due is not None and float(due) > at:
             return None
-        return run_pass(ctx, interval_s, include_4xx=include_4xx, now=at)
+        with keepalive.every(RENEW_S, lambda: _renew(ctx, token), name="baton-redelivery-lock"):
+            return run_pass(ctx, interval_s, include_4xx=include_4xx, now=at)
     finally:
         locks.release(ctx.redis, LOCK_KEY, token)
+
+
+def _renew(ctx: Context, token: str) -> bool:
+    try:
+        return locks.renew(ctx.redis, LOCK_KEY, token, LOCK_MS)
+    except redis.RedisError:
+        return True  # tried again next time; the lease may still be saved
 
 
 def run_pass(ctx: Context, interval_s: float, *, include_4xx: bool = False, now: float) -> Summary:

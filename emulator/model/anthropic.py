@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from emulator.model.clients import EDIT_TOOLS, READ_TOOLS, SHELL_TOOLS, WRITE_TOOLS, Call, Offer, render
 from emulator.model.script import Answer, Bash, Edit, Read, Text, Tool, Write
 from emulator.model.wire import (
     Context,
@@ -44,10 +45,33 @@ ERROR_TYPES = {
 _WORKING_DIRECTORY = re.compile(r"^\s*Working directory:\s*(/[^\n]*?)\s*$", re.MULTILINE)
 
 
+#: Claude Code's own tool names: a request offering them, or none of another client's file and shell
+#: tools (``emulator.model.clients``), gets Claude's calls.
+CLAUDE_TOOLS = ("Write", "Edit", "Read", "Bash")
+
+
+def _offered(body: JSONObject) -> dict[str, JSONObject]:
+    tools = body.get("tools")
+    found: dict[str, JSONObject] = {}
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            schema = tool.get("input_schema")
+            found[tool["name"]] = schema if isinstance(schema, dict) else {}
+    return found
+
+
 def _tool_call(answer: Tool | Write | Edit | Read | Bash, ctx: Context) -> tuple[str, JSONObject]:
-    """(tool name, input) for a tool answer; file paths become absolute under the workspace."""
+    """(tool name, input) for a tool answer; file paths become absolute under the workspace. Another
+    client on the Messages API (OpenCode's Anthropic provider) gets its own tools' calls."""
     if isinstance(answer, Tool):
         return answer.name, answer.input
+    offered = _offered(ctx.body)
+    theirs = (*WRITE_TOOLS, *EDIT_TOOLS, *READ_TOOLS, *SHELL_TOOLS)
+    if any(name in offered for name in theirs) and not any(name in offered for name in CLAUDE_TOOLS):
+        reply = render(answer, Offer(offered), ctx.workspace)
+        if isinstance(reply, Call):
+            return reply.name, reply.args
+        raise RenderError(f"step {answer.index}: the request's tools cannot carry it ({', '.join(offered)})")
     if isinstance(answer, Bash):
         return "Bash", {"command": answer.command}
     path = workspace_path(answer.path, ctx.workspace)

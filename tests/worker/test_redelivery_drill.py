@@ -126,3 +126,31 @@ def test_two_processes_due_at_once_make_one_pass(stage: Stage, rdb: redis.Redis)
         t.join(timeout=30)
     assert sum(r is not None for r in results) == 1
     assert redeliver.maybe_run(ctx) is None  # not due again before the interval
+
+
+def test_a_pass_longer_than_its_lock_keeps_it_and_a_dead_passs_lock_lapses(
+    stage: Stage, rdb: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies mid-pass (or loses Redis) must not silence redelivery for long: the lock's
+    lease is short and renewed while the pass runs. Found by the Redis-restart drill, where a worker
+    killed mid-pass held the lock for 10 minutes and a delivery sent during the outage waited."""
+    monkeypatch.setattr(redeliver, "LOCK_MS", 300)
+    monkeypatch.setattr(redeliver, "RENEW_S", 0.05)
+    held: list[bool] = []
+
+    def slow_pass(ctx: Context, interval_s: float, *, include_4xx: bool = False, now: float) -> Any:
+        for _ in range(10):  # 1 s, three lock leases
+            time.sleep(0.1)
+            held.append(rdb.exists(redeliver.LOCK_KEY) == 1)
+        return "passed"
+
+    monkeypatch.setattr(redeliver, "run_pass", slow_pass)
+    assert redeliver.maybe_run(_ctx(stage)) == "passed"
+    assert held == [True] * 10
+    assert rdb.exists(redeliver.LOCK_KEY) == 0  # released at the end
+
+    rdb.set(redeliver.LOCK_KEY, "a-dead-worker", px=redeliver.LOCK_MS)  # what a killed pass leaves
+    rdb.hdel(redeliver.STATE_KEY, "next_at")
+    assert redeliver.maybe_run(_ctx(stage)) is None
+    _wait(lambda: rdb.exists(redeliver.LOCK_KEY) == 0, 5, "the dead pass's lock to lapse")
+    assert redeliver.maybe_run(_ctx(stage)) == "passed"

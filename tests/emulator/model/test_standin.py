@@ -211,6 +211,15 @@ def test_claude_tool_steps(step: dict[str, Any], name: str, tool_input: dict[str
     assert tool_use(events) == (name, tool_input)
 
 
+def test_another_client_on_the_messages_api_gets_its_own_tools_calls() -> None:
+    """OpenCode's Anthropic provider offers ``write{filePath, content}``, not Claude Code's ``Write``."""
+    write = {"name": "write", "input_schema": {"type": "object", "required": ["filePath", "content"],
+                                               "properties": {"filePath": {}, "content": {}}}}  # fmt: skip
+    with ModelStandin([{"write": {"path": "a.txt", "content": "x"}}], workspace=WS) as server:
+        events = parse_sse(claude(server, {**claude_body(), "tools": [write]}).text)
+    assert tool_use(events) == ("write", {"filePath": f"{WS}/a.txt", "content": "x"})
+
+
 def test_claude_non_streaming_request_gets_a_message(standin: ModelStandin) -> None:
     got = claude(standin, claude_body(0, stream=False))
     assert got.headers["content-type"] == "application/json"

@@ -279,6 +279,44 @@ def test_the_real_codex_cli_edits_through_the_box_and_talks_only_to_its_model(
     ]
 
 
+def test_the_real_claude_code_cli_refuses_a_shell_command_the_policy_did_not_grant(
+    tmp_path: Path, repo: Path, agent_cli_bin: Path
+) -> None:
+    """The model asks for Bash anyway (--disallowedTools took it out of what it was offered): Claude Code
+    refuses the call and nothing runs; the refusal is in its result's permission denials."""
+    script = {"workspace": "/workspace", "steps": [
+        {"bash": "echo pwned > /workspace/pwned.txt"}, {"text": "Done."}]}  # fmt: skip
+    with ModelStandin(script) as model:
+        code, record = _baton_run(
+            tmp_path, repo, "claude", _issue(tmp_path, [], title="Say hello"),
+            "--upstream", f"anthropic={model.url}", env=_claude_env(agent_cli_bin),
+        )  # fmt: skip
+        requests = model.requests()
+    assert code == 0, json.dumps(record, indent=1)[-3000:]
+    assert record["outcome"] == "no-changes"
+    assert "Bash" not in {t.get("name") for t in requests[0]["body"]["tools"]}
+    told = json.dumps(requests[-1]["body"]["messages"][-1])
+    assert "tool_result" in told
+    assert "pwned" not in git(repo, "log", "--all", "--name-only", "--format=")
+
+
+def test_codex_whose_shell_is_its_own_is_counted_with_it_though_the_policy_lists_none(
+    tmp_path: Path, repo: Path
+) -> None:
+    """Codex edits through its shell and no switch removes it: on a private repository where the box cannot
+    cut the network off, the gate counts that shell as egress and --offline is not offered."""
+    org = tmp_path / "no-shell.yml"
+    org.write_text(ORG.replace("tools: [read_repo, edit_files, run_shell]", "tools: [read_repo, edit_files]"))
+    done = subprocess.run([sys.executable, "-m", "baton", "gate", "explain", "--agent", "codex", "--org",
+                           str(org), "--private", "--json"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    decision = json.loads(done.stdout)
+    assert decision["allowed"] is False, done.stdout
+    external = {(c["kind"], c["name"]) for c in decision["legs"]["external_comm"]}
+    assert ("cli", "run_shell") in external
+    assert "run_offline" not in [r["action"] for r in decision["remedies"]]
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "huge"])
 def test_an_issue_file_that_is_not_a_small_regular_file_is_refused_at_once(
     tmp_path: Path, repo: Path, kind: str
