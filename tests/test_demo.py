@@ -31,19 +31,20 @@ def test_demo_plays_every_scenario_and_writes_its_evidence(tmp_path: Path) -> No
     }
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     done = subprocess.run(
-        [sys.executable, "-m", "baton", "demo", "--out", "demo"],  # relative, as the README runs it
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, "-m", "baton", "demo", "--out", "demo", "--agents", "all"],  # relative, as in README
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=480, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    count = len(scenarios.issue_scenarios()) + len(scenarios.PULL_SCENARIOS) + 3  # and the three played last
+    count = len(scenarios.issue_scenarios(tuple(scenarios.REAL_AGENTS))) + len(scenarios.PULL_SCENARIOS) + 3
     assert f"{count}/{count} scenarios as expected" in done.stdout
 
     summary = json.loads((out / "summary.json").read_text())
     assert [s["passed"] for s in summary] == [True] * count
     assert {"name", "expected", "observed", "passed", "seconds"} <= set(summary[0])
-    # CI installs the pinned claude CLI before the tests: there the real-CLI scenario must run.
-    [claude] = [s for s in summary if s["name"].startswith("the real Claude Code CLI")]
-    assert ("skipped" in claude["observed"]) == (harness.find_cli("claude") is None)
+    # CI installs the pinned CLIs before the tests: there every real-CLI scenario must run, one PR each.
+    for executable, name in scenarios.REAL_AGENTS.values():
+        [played] = [s for s in summary if s["name"].startswith(f"the real {name}")]
+        assert ("skipped" in played["observed"]) == (harness.find_cli(executable) is None), played
 
     checks = json.loads((out / "checks.json").read_text())
     concluded = {(c["name"], c["conclusion"]) for c in checks}
