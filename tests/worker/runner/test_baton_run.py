@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
+from tests.worker.runner.conftest import cli_env, git
 
 ORG = """\
 version: 1
@@ -220,8 +220,7 @@ def test_the_worker_decides_with_the_probes_answer(redis_url: str, monkeypatch: 
 
 
 def _claude_env(agent_cli_bin: Path) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "ANTHROPIC_API_KEY": "sk-test-not-a-secret"}  # fmt: skip
+    return cli_env(agent_cli_bin, "ANTHROPIC_API_KEY")
 
 
 def test_a_model_endpoint_that_is_down_ends_the_run_failed_in_bounded_time(

@@ -8,16 +8,13 @@ settings, which is why the gate counts a shell for it whatever the policy lists.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
+from tests.worker.runner.conftest import TEST_KEY, baton_run, cli_env, git
 from worker.policy import Agent, Axis, Policy, TaskFacts, decide
 
 ORG = """\
@@ -36,24 +33,16 @@ agents:
     env: [OPENAI_API_KEY]
     timeout: 40s
 """
-KEY = "sk-test-not-a-secret"
 
 
 def _baton_run(
     tmp_path: Path, repo: Path, agent_cli_bin: Path, upstream: str, *, agent: str = "aider", body: str = ""
 ) -> dict[str, Any]:
-    org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
-    org.write_text(ORG)
-    issue.write_text(f"# Say hello\n\nAdd hello.txt.{body}\n")
-    env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "OPENAI_API_KEY": KEY}  # fmt: skip
-    argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
-            str(issue), "--org", str(org), "--json", "--public",
-            "--upstream", f"openai={upstream}"]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False, env=env)
-    assert done.stdout.strip().startswith("{"), done.stderr[-3000:]
-    record: dict[str, Any] = json.loads(done.stdout)
-    record["exit_status"] = done.returncode
+    code, record, _ = baton_run(tmp_path, repo, ORG, agent, "--public", upstream=f"openai={upstream}",
+                                env=cli_env(agent_cli_bin, "OPENAI_API_KEY"),
+                                issue=f"# Say hello\n\nAdd hello.txt.{body}\n", timeout=90)  # fmt: skip
+    assert "stderr" not in record, record["stderr"][-3000:]
+    record["exit_status"] = code
     return record
 
 
@@ -61,7 +50,7 @@ def test_aider_writes_a_file_through_the_box_and_talks_only_to_its_model(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
     script = {"steps": [{"write": {"path": "hello.txt", "content": "hello from aider\n"}}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
         requests = model.requests()
     assert record["exit_status"] == 0, json.dumps(record, indent=1)[-3000:]
@@ -82,7 +71,7 @@ def test_a_shell_command_the_model_suggests_is_not_run(
     """The reply carries a file and a shell block; aider writes the file and runs nothing."""
     edit = "hello.txt\n```\n<<<<<<< SEARCH\n=======\nhi\n>>>>>>> REPLACE\n```\n"  # its diff format
     reply = edit + "\nNow run this:\n\n```bash\necho pwned > pwned.txt\n```\n"
-    with ModelStandin({"steps": [{"text": reply}]}, api_key=KEY) as model:
+    with ModelStandin({"steps": [{"text": reply}]}, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
         requests = model.requests()
     assert record["outcome"] == "done", json.dumps(record, indent=1)[-3000:]
@@ -110,7 +99,7 @@ def test_a_url_in_the_issue_is_fetched_only_with_web_fetch(
     """aider offers to scrape a URL in its message and --yes-always accepts: without web_fetch it is
     not even tried; with it, the proxy still refuses a host the policy's egress does not list."""
     script = {"steps": [{"write": {"path": "hello.txt", "content": "hi\n"}}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         body = " See https://docs.example.com/greeting for the wording."
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url, agent=agent, body=body)
     hosts = {(e["host"], e["allowed"]) for e in record["egress"]}
@@ -121,7 +110,7 @@ def test_every_model_call_failing_is_a_failed_run_though_aider_exits_0(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
     script = {"steps": [{"error": {"status": 400, "message": "bad request"}}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
     assert record["exit_code"] == 0
     assert record["outcome"] == "failed"

@@ -6,15 +6,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
+from tests.worker.runner.conftest import baton_run, cli_env, git
 
 ORG = """\
 version: 1
@@ -27,26 +23,6 @@ agents:
     timeout: 40s
 """
 STREAM = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
-
-
-def baton_run(tmp_path: Path, repo: Path, org: str, agent: str, *,
-              upstream: str, env: dict[str, str]) -> tuple[int, dict[str, Any], float]:  # fmt: skip
-    """``baton run`` of an issue with no recipe, the model gateway's provider calling ``upstream``
-    (``gemini=http://…``): (exit code, run record, seconds)."""
-    (tmp_path / "org.yml").write_text(org)
-    issue = tmp_path / "issue.md"
-    issue.write_text("# Say hello\n\nPlease add hello.txt.\n")
-    argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
-            str(issue), "--org", str(tmp_path / "org.yml"), "--json", "--upstream", upstream]  # fmt: skip
-    started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
-    record = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {"stderr": done.stderr}
-    return done.returncode, record, time.monotonic() - started
-
-
-def cli_env(agent_cli_bin: Path, key_env: str) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            key_env: "sk-test-not-a-secret"}  # fmt: skip
 
 
 def offered(request: dict[str, Any]) -> set[str]:

@@ -7,14 +7,11 @@ what bounds that shell: a command the policy never granted runs, but only inside
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
+from tests.worker.runner.conftest import TEST_KEY, baton_run, cli_env, git
 from worker.policy import Agent, Axis, Policy, TaskFacts, decide
 
 ORG = """\
@@ -27,22 +24,18 @@ agents:
     env: [OPENAI_API_KEY]
     timeout: 40s
 """
-KEY = "sk-test-not-a-secret"
+
+
+#: An issue whose text looks like one of mini-swe-agent's templates: it must reach the model as written.
+TEMPLATE_LIKE = "# Say hello\n\nAdd hello.txt. {{ not_a_template_variable }}\n"
 
 
 def _baton_run(tmp_path: Path, repo: Path, agent_cli_bin: Path, upstream: str) -> dict[str, Any]:
-    org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
-    org.write_text(ORG)
-    issue.write_text("# Say hello\n\nAdd hello.txt. {{ not_a_template_variable }}\n")
-    env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "OPENAI_API_KEY": KEY}  # fmt: skip
-    argv = [sys.executable, "-m", "baton", "run", "--agent", "mini", "--repo", str(repo), "--issue-file",
-            str(issue), "--org", str(org), "--json", "--public",
-            "--upstream", f"openai={upstream}"]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False, env=env)
-    assert done.stdout.strip().startswith("{"), done.stderr[-3000:]
-    record: dict[str, Any] = json.loads(done.stdout)
-    record["exit_status"] = done.returncode
+    code, record, _ = baton_run(tmp_path, repo, ORG, "mini", "--public", upstream=f"openai={upstream}",
+                                env=cli_env(agent_cli_bin, "OPENAI_API_KEY"), timeout=90,
+                                issue=TEMPLATE_LIKE)  # fmt: skip
+    assert "stderr" not in record, record["stderr"][-3000:]
+    record["exit_status"] = code
     return record
 
 
@@ -50,7 +43,7 @@ def test_mini_writes_a_file_through_the_box_and_talks_only_to_its_model(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
     script = {"steps": [{"write": {"path": "hello.txt", "content": "hello from mini\n"}}, {"text": "Done."}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
         requests = model.requests()
     assert record["exit_status"] == 0, json.dumps(record, indent=1)[-3000:]
@@ -79,7 +72,7 @@ def test_a_shell_command_runs_only_in_the_box_and_the_gate_counts_the_shell(
                                                                  network_cutoff=False))  # fmt: skip
     assert ("cli", "run_shell") in [(c.kind, c.name) for c in decision.legs[Axis.EXTERNAL_COMM]]
     script = {"steps": [{"bash": "echo pwned > pwned.txt"}, {"text": "Done."}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
         requests = model.requests()
     assert record["outcome"] == "done", json.dumps(record, indent=1)[-3000:]
@@ -93,7 +86,7 @@ def test_a_model_error_is_a_failed_run_named_by_its_exception(
     tmp_path: Path, repo: Path, agent_cli_bin: Path
 ) -> None:
     script = {"steps": [{"error": {"status": 400, "message": "bad request"}}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         record = _baton_run(tmp_path, repo, agent_cli_bin, model.url)
     assert record["outcome"] == "failed"
     assert record["commit"] is None

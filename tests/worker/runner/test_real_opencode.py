@@ -8,16 +8,13 @@ shell the policy did not grant neither offered nor run, and no run config of the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
+from tests.worker.runner.conftest import TEST_KEY, baton_run, cli_env, git
 from worker.runner.adapters import SPECS
 
 ORG = """\
@@ -48,7 +45,6 @@ agents:
     env: [GEMINI_API_KEY]
     timeout: 40s
 """
-KEY = "sk-test-not-a-secret"
 #: For a GPT model OpenCode offers ``apply_patch{patchText}`` instead of ``write`` and ``edit`` [observed],
 #: which the stand-in's provider-neutral ``write`` step does not render: that call is given as is.
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from opencode\n*** End Patch"
@@ -74,18 +70,19 @@ def _baton_run(
     model: ModelStandin,
     *,
     agent: str = "opencode",
-    key: str = KEY,
+    key: str = TEST_KEY,
 ) -> tuple[int, dict[str, Any]]:
     provider, _, key_env, _, _, _ = PROVIDERS["opencode" if agent == "opencode-shell" else agent]
-    org, issue = tmp_path / "org.yml", tmp_path / "issue.md"
-    org.write_text(ORG)
-    issue.write_text("# Say hello\n\nPlease.\n")
-    env = {**os.environ, "PATH": f"{agent_cli_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}", key_env: key}
-    argv = [sys.executable, "-m", "baton", "run", "--agent", agent, "--repo", str(repo), "--issue-file",
-            str(issue), "--org", str(org), "--json", "--upstream", f"{provider}={model.url}"]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
-    record = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {"stderr": done.stderr}
-    return done.returncode, record
+    code, record, _ = baton_run(
+        tmp_path,
+        repo,
+        ORG,
+        agent,
+        upstream=f"{provider}={model.url}",
+        env=cli_env(agent_cli_bin, key_env, key),
+        issue="# Say hello\n\nPlease.\n",
+    )
+    return code, record
 
 
 def _offered(request: dict[str, Any]) -> set[str]:
@@ -114,7 +111,7 @@ def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model
         "workspace": "/workspace",
         "steps": [step, {"text": "Done."}],
     }
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent=agent)
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
@@ -147,7 +144,7 @@ def test_a_shell_the_policy_did_not_grant_is_not_offered_and_a_call_to_it_is_ref
     script = {"workspace": "/workspace", "steps": [
         {"tool": {"name": "bash", "input": {"command": "echo pwned > pwned.txt", "description": "Write"}}},
         {"text": "I could not run it."}]}  # fmt: skip
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         code, record = _baton_run(tmp_path, repo, agent_cli_bin, model)
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
@@ -168,7 +165,7 @@ def test_a_granted_shell_runs_in_the_box_and_its_file_is_committed(
         "workspace": "/workspace",
         "steps": [{"bash": "echo from the shell > shell.txt"}, {"text": "Ran."}],
     }
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, agent="opencode-shell")
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
@@ -183,7 +180,7 @@ def test_a_model_that_refuses_the_key_ends_the_run_failed_at_once_with_its_messa
     """A 4xx is not retried: one request, one ``error`` event, rc 1 well before the timeout (a retried 5xx
     runs into it); the run says why and commits nothing."""
     script = {"workspace": "/workspace", "steps": [{"text": "Done."}]}
-    with ModelStandin(script, api_key=KEY) as model:
+    with ModelStandin(script, api_key=TEST_KEY) as model:
         code, record = _baton_run(tmp_path, repo, agent_cli_bin, model, key="sk-some-other-key")
         requests = model.requests()
     assert code == 5, json.dumps(record, indent=1)[-3000:]

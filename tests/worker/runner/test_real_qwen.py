@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import git
-from tests.worker.runner.test_real_gemini import baton_run, cli_env
+from tests.worker.runner.conftest import baton_run, cli_env, git
 
 ORG = """\
 version: 1
