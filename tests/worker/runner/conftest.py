@@ -46,6 +46,20 @@ def baton_run(tmp_path: Path, repo: Path, org: str, agent: str, *extra: str, ups
     return done.returncode, record, time.monotonic() - started
 
 
+def offered(request: dict[str, Any]) -> set[str]:
+    """Tool names a request offers: Chat Completions' ``function.name``, Anthropic's ``name``, Gemini's
+    ``functionDeclarations[].name``."""
+    names: set[str] = set()
+    for tool in request.get("body", {}).get("tools") or []:
+        function = tool.get("function")
+        declared = tool.get("functionDeclarations")
+        if isinstance(declared, list):
+            names.update(d.get("name") for d in declared)
+        else:
+            names.add(function.get("name") if isinstance(function, dict) else tool.get("name"))
+    return names
+
+
 def git(repo: Path, *args: str) -> str:
     env = {**os.environ, **GIT}
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import baton_run, cli_env, git
+from tests.worker.runner.conftest import baton_run, cli_env, git, offered
 
 ORG = """\
 version: 1
@@ -23,12 +22,6 @@ agents:
     timeout: 40s
 """
 STREAM = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
-
-
-def offered(request: dict[str, Any]) -> set[str]:
-    """The function names a Gemini request offers the model."""
-    body = request.get("body") or {}
-    return {d["name"] for tool in body.get("tools", []) for d in tool.get("functionDeclarations", [])}
 
 
 def test_gemini_cli_makes_its_one_commit_through_the_box_and_talks_only_to_its_model(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import TEST_KEY, baton_run, cli_env, git
+from tests.worker.runner.conftest import TEST_KEY, baton_run, cli_env, git, offered
 from worker.runner.adapters import SPECS
 
 ORG = """\
@@ -85,20 +85,6 @@ def _baton_run(
     return code, record
 
 
-def _offered(request: dict[str, Any]) -> set[str]:
-    """Tool names a request offers: Chat Completions' ``function.name``, Anthropic's ``name``, Gemini's
-    ``functionDeclarations[].name``."""
-    names: set[str] = set()
-    for tool in request.get("body", {}).get("tools") or []:
-        function = tool.get("function")
-        declared = tool.get("functionDeclarations")
-        if isinstance(declared, list):
-            names.update(d.get("name") for d in declared)
-        else:
-            names.add(function.get("name") if isinstance(function, dict) else tool.get("name"))
-    return names
-
-
 @pytest.mark.parametrize("agent", PROVIDERS)
 def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model(
     tmp_path: Path, repo: Path, agent_cli_bin: Path, agent: str
@@ -122,8 +108,8 @@ def test_the_real_opencode_cli_edits_through_the_box_and_talks_only_to_its_model
     # No models.dev, no npm registry, no share service: the model host only, and only inference on it.
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {(host, True)}
     assert [r["path"] for r in requests] == [path, path]  # --title: no title request
-    assert all(_offered(r) >= {"read", "glob", "grep", tool} for r in requests)
-    assert not any(_offered(r) & {"bash", "webfetch", "websearch"} for r in requests)
+    assert all(offered(r) >= {"read", "glob", "grep", tool} for r in requests)
+    assert not any(offered(r) & {"bash", "webfetch", "websearch"} for r in requests)
     assert all("agents-md-4711" in json.dumps(r["body"]) for r in requests)  # the repository's AGENTS.md
     said = record["agent_result"]
     assert (said["is_error"], said["summary"], said["num_turns"]) == (False, "Done.", 2)
@@ -150,7 +136,7 @@ def test_a_shell_the_policy_did_not_grant_is_not_offered_and_a_call_to_it_is_ref
     assert code == 0, json.dumps(record, indent=1)[-3000:]
     assert (record["outcome"], record["commit"]) == ("no-changes", None)  # no pwned.txt, nor anything else
     assert len(requests) == 2
-    assert not any("bash" in _offered(r) for r in requests)
+    assert not any("bash" in offered(r) for r in requests)
     assert record["agent_result"]["permission_denials"] == ["bash"]
     answer = requests[1]["body"]["messages"][-1]
     assert answer["role"] == "tool"
@@ -170,7 +156,7 @@ def test_a_granted_shell_runs_in_the_box_and_its_file_is_committed(
         requests = model.requests()
     assert code == 0, json.dumps(record, indent=1)[-3000:]
     assert git(repo, "show", f"{record['commit']}:shell.txt") == "from the shell"
-    assert all("bash" in _offered(r) for r in requests)
+    assert all("bash" in offered(r) for r in requests)
     assert {(e["host"], e["allowed"]) for e in record["egress"]} == {("api.openai.com", True)}
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from emulator.model.standin import ModelStandin
-from tests.worker.runner.conftest import baton_run, cli_env, git
+from tests.worker.runner.conftest import baton_run, cli_env, git, offered
 
 ORG = """\
 version: 1
@@ -21,11 +20,6 @@ agents:
     env: [OPENAI_API_KEY]
     timeout: 40s
 """
-
-
-def offered(request: dict[str, Any]) -> set[str]:
-    body = request.get("body") or {}
-    return {t["function"]["name"] for t in body.get("tools", []) if "function" in t}
 
 
 def test_qwen_code_makes_its_one_commit_through_the_box_and_talks_only_to_its_model(
