@@ -8,12 +8,12 @@ returns ``EPERM``, so a program sees an ordinary failure rather than a crash, ex
 - a system call made with another ABI's table (i386 ``int 0x80`` on x86-64, AArch32 on arm64)
   kills the process, since its numbers mean other calls and could walk round this table;
 - ``clone3`` returns ``ENOSYS``: its flags sit behind a pointer a filter cannot read, so it could
-  make a user namespace unseen; glibc, musl and Go fall back to ``clone()`` (whose flags the
-  filter does read) on ``ENOSYS`` only, and would fail ``fork`` on ``EPERM``.
+  make a user namespace unseen; glibc (threads, ``posix_spawn``) and others fall back to ``clone()``
+  (whose flags the filter does read) on ``ENOSYS`` only, and would fail on ``EPERM``.
 
 ``socketpair()`` stays allowed: a connected pair reaches nothing outside the process tree, and
-Node's libuv and Python's subprocess make their pipes with it. What a unix socket could reach (a
-docker or systemd socket) is only reachable through ``socket()`` + ``connect()``, which is refused.
+Node's libuv and Python's asyncio subprocesses make their child's stdio with it. A host's unix
+socket (docker's, systemd's) is reached only through ``socket()`` + ``connect()``, which is refused.
 """
 
 from __future__ import annotations
