@@ -158,11 +158,14 @@ ENTRIES = (
          "Add the agent to the org policy's `agents:` section, or ask for an allowed one."),
     # The run: the box, the agent, git.
     Code("box-unavailable", f"The runner cannot build the sandbox the agent runs in. {_LOG}",
-         "Install bubblewrap (and socat for network=proxy) on the runner; `baton doctor` checks it."),
+         "Install Baton with its dependencies (they bring bubblewrap) and the distribution's python3 "
+         "on the runner; `baton doctor` checks it."),
     Code("box-setup-failed", f"The sandbox the agent runs in failed to start. {_LOG}",
          "Check the runner allows user namespaces; `baton doctor` checks it."),
     Code("box-forwarder-failed", f"The sandbox's network forwarder did not start. {_LOG}",
-         "Check socat is installed under /usr on the runner."),
+         "Check nothing else holds the box's loopback ports; `baton doctor` runs a box with the forwarder."),
+    Code("box-seccomp-failed", f"The sandbox could not apply its seccomp filter, so the agent never started. {_LOG}",
+         "Check the runner's kernel allows seccomp filters (CONFIG_SECCOMP_FILTER); `baton doctor` checks it."),
     Code(AGENT_MISSING, "The agent's program is not installed on the runner, so nothing was run.",
          "Install the agent's executable on the runner's PATH, or fix the policy's agent entry."),
     Code(INSPECT_GIT_FAILED, f"Baton could not inspect the agent's changes. {_LOG}",

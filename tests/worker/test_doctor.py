@@ -221,9 +221,10 @@ def _probe(**changes: object) -> Probe:
         "bwrap_runs": True,
         "user_namespaces": True,
         "network_namespace": True,
-        "socat": True,
+        "python": True,
         "rlimits": True,
         "process_limit": True,
+        "seccomp": True,
         "memory_cgroup": True,
         "memory_cgroup_detail": "cgroup v2, boxes in /sys/x",
         "network_cutoff": True,
@@ -247,13 +248,17 @@ def test_the_box() -> None:
     )
     assert no_bwrap[0].fix is not None
     assert "apt-get install bubblewrap" in no_bwrap[0].fix
-    no_socat = judge.box(_probe(socat=False, network_cutoff=False, problems=("socat is not installed",)))
-    assert no_socat[1].status is FAIL
-    assert no_socat[1].fix == "apt-get install socat"
+    no_python = judge.box(_probe(python=False, network_cutoff=False, problems=("no python3 under /usr",)))
+    assert no_python[1].status is FAIL
+    assert no_python[1].fix is not None
+    assert "python3" in no_python[1].fix
     root = judge.box(_probe(process_limit=False, memory_cgroup=False, memory_cgroup_detail="no cgroup v2"))
     assert root[2].status is WARN
     assert "RLIMIT_NPROC" in root[2].detail
-    assert "no cgroup v2" in root[2].detail
+    assert "memory by Baton's supervisor, sampled (no cgroup v2)" in root[2].detail
+    unfiltered = judge.box(_probe(seccomp=False))
+    assert unfiltered[2].status is WARN
+    assert "seccomp" in unfiltered[2].detail
     assert judge.box(None, "OSError: boom")[0].status is FAIL
 
 

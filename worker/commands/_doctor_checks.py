@@ -507,7 +507,11 @@ def box(probe: Probe | None, error: str | None = None) -> list[Check]:
             )
         )
     else:
-        fix = "apt-get install socat" if not probe.socat else f"see the problem named here, and {DEPLOY_DOC}"
+        fix = (
+            "install the distribution's python3 (the box's init runs on it)"
+            if not probe.python
+            else f"see the problem named here, and {DEPLOY_DOC}"
+        )
         checks.append(
             Check(
                 "box network cut-off",
@@ -524,21 +528,29 @@ def box(probe: Probe | None, error: str | None = None) -> list[Check]:
 def _limits(probe: Probe) -> Check:
     missing = []
     fixes = []
-    if not probe.memory_cgroup:
-        missing.append(f"memory ({probe.memory_cgroup_detail})")
-        fixes.append(
-            "give the worker a delegated cgroup v2 memory controller "
-            f"(systemd: Delegate= and DelegateSubgroup=, see {DEPLOY_DOC})"
+    if not probe.seccomp:
+        missing.append(
+            "seccomp (no filter for this machine or kernel: UNIX sockets, io_uring, ptrace... open)"
         )
+        fixes.append("run workers on x86-64 or arm64 Linux with seccomp filters (CONFIG_SECCOMP_FILTER)")
     if not probe.rlimits:
-        missing.append("file size and processes (prlimit is not installed)")
-        fixes.append("apt-get install util-linux")
-    elif not probe.process_limit:
+        missing.append("file size (the box's init could not set rlimits)")
+        fixes.append(f"see {DEPLOY_DOC}")
+    if not probe.process_limit:
         missing.append("processes (the worker is root, which the kernel exempts from RLIMIT_NPROC)")
         fixes.append("run the worker as a non-root user (the Docker image does)")
+    memory = (
+        f"memory by cgroup ({probe.memory_cgroup_detail})"
+        if probe.memory_cgroup
+        else f"memory by Baton's supervisor, sampled ({probe.memory_cgroup_detail})"
+    )
     if missing:
-        return Check("box limits", Status.WARN, "not enforced: " + "; ".join(missing), "; ".join(fixes))
-    return Check("box limits", Status.OK, f"memory ({probe.memory_cgroup_detail}), file size, processes")
+        return Check(
+            "box limits", Status.WARN, f"{memory}; not enforced: " + "; ".join(missing), "; ".join(fixes)
+        )
+    return Check(
+        "box limits", Status.OK, f"{memory}; disk by Baton's supervisor; file size, processes, seccomp"
+    )
 
 
 # -- 7. the model gateway -----------------------------------------------------------------------

@@ -16,18 +16,25 @@ What the agent gets, every run:
   purpose: shadow/gshadow, ssh (host keys), ssl/private, gitconfig, npmrc and
   pip.conf (credentials), environment, every service's configuration;
 - exactly the spec's environment plus what the box sets;
-- with ``network="proxy"``: a socat forwarder on 127.0.0.1:3128 to Baton's
-  egress proxy, whose UNIX socket is bound in: the only way out; and, with a
-  ``gateway_socket``, a second one on 127.0.0.1:3129 to the run's model gateway;
-- rlimits (file size, processes, no core dumps); a cgroup v2 memory limit
-  where the machine delegates one.
+- as pid 1, Baton's own init (``box_init``, on the box's Python): with
+  ``network="proxy"`` it forwards 127.0.0.1:3128 to Baton's egress proxy,
+  whose UNIX socket is bound in (the only way out), and, with a
+  ``gateway_socket``, 127.0.0.1:3129 to the run's model gateway;
+- the agent under rlimits (file size, processes, no core dumps) and a seccomp
+  filter (``seccomp``: no UNIX or other non-inet sockets, io_uring, ptrace,
+  keyrings, bpf, new user namespaces...) that the init applies to it alone;
+- memory bounded by a cgroup v2 ``memory.max`` where the machine delegates
+  one, otherwise by the supervisor here, which sums the box's processes'
+  memory (PSS) and stops the box past the limit; and the disk its workspace,
+  HOME and /tmp take, measured the same way.
 
 bwrap aborts before starting the agent if any of it cannot be built. What can
 be checked from the host is checked on the box's first process while it waits
 (bwrap's ``--block-fd``): namespaces, uid map, capabilities, cgroup. Then the
 agent still waits for "go" on its stdin, sent once bwrap's init guards itself
-against the worker's death (see ``_Run._release``). The :class:`BoxReport`
-claims nothing more than that. No seccomp filter is built.
+against the worker's death (see ``_Run._release``). The init says on the
+first line of stderr, before the agent exists, which limits and filter it
+applied. The :class:`BoxReport` claims nothing more than that.
 
 This module is the process: it reads what the argv depends on from the host, spawns bwrap,
 watches it and reports. The argv itself is built, from plain data, in ``worker.runner.bwrap``.
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import selectors
@@ -52,7 +60,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from baton.errors import BatonError
-from worker.runner import bwrap
+from worker.runner import box_init, bwrap
 from worker.runner.bwrap import (
     AGENT_HOME,
     GATEWAY_PORT,
@@ -67,6 +75,7 @@ from worker.runner.probe import (
     BoxReport,
     FirstProcess,
     Host,
+    Limits,
     Probe,
     Protection,
     first_process,
@@ -77,6 +86,7 @@ from worker.runner.probe import (
     run_probe,
     wait_in_syscall,
 )
+from worker.runner.supervise import DISK_EVERY_S, MEMORY_EVERY_S, Limit, Supervisor, size
 
 __all__ = ["AGENT_HOME", "GATEWAY_PORT", "PROXY_SOCKET", "SYSTEM_PATH", "WORKSPACE", "BoxError", "BoxReport",
            "BoxResult", "BoxSpec", "MiB", "Probe", "Protection", "probe", "run"]  # fmt: skip
@@ -85,7 +95,10 @@ __all__ = ["AGENT_HOME", "GATEWAY_PORT", "PROXY_SOCKET", "SYSTEM_PATH", "WORKSPA
 CANCEL_GRACE_S = 3.0
 #: How often a running box looks at its ``stop`` event.
 STOP_POLL_S = 0.2
+#: The in-box init's source, at ``bwrap.INIT_PATH`` in every box.
+_INIT = Path(box_init.__file__).read_bytes()
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+log = logging.getLogger("baton.box")
 
 
 class Stop(Protocol):
@@ -96,7 +109,8 @@ class Stop(Protocol):
 
 class BoxError(BatonError):
     """The box could not be built or started (``box-unavailable``, ``box-setup-failed``,
-    ``box-forwarder-failed``). An agent that fails is a :class:`BoxResult`, not this."""
+    ``box-forwarder-failed``, ``box-seccomp-failed``). An agent that fails is a
+    :class:`BoxResult`, not this."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,8 @@ class BoxSpec:
     max_file_bytes: int | None = 1024 * MiB
     max_processes: int | None = 1024
     memory_bytes: int | None = None
+    #: The workspace, HOME and /tmp together; the supervisor stops the box past it.
+    max_disk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.argv or any(not isinstance(a, str) or "\0" in a for a in self.argv):
@@ -137,9 +153,12 @@ class BoxSpec:
         if self.timeout_s <= 0 or self.grace_s < 0 or self.max_output_bytes < 0:
             raise ValueError("timeout_s must be > 0, grace_s and max_output_bytes >= 0")
         if any(
-            n is not None and n <= 0 for n in (self.max_file_bytes, self.max_processes, self.memory_bytes)
+            n is not None and n <= 0
+            for n in (self.max_file_bytes, self.max_processes, self.memory_bytes, self.max_disk_bytes)
         ):
-            raise ValueError("max_file_bytes, max_processes and memory_bytes must be positive or None")
+            raise ValueError(
+                "max_file_bytes, max_processes, memory_bytes and max_disk_bytes must be positive or None"
+            )
         object.__setattr__(self, "argv", tuple(self.argv))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "ro_binds", tuple(Path(os.path.normpath(p)) for p in self.ro_binds))
@@ -159,6 +178,11 @@ class BoxResult:
     #: ``stop`` ended the box (never together with ``timed_out``: a stop during the timeout's
     #: grace only shortens it). With ``exit_code`` and ``signal`` None, the agent never started.
     cancelled: bool = False
+    #: The box passed a limit Baton measures, and was stopped for it (the report says which held).
+    over_limit: Limit | None = None
+    #: What the supervisor measured (its samples, their cost, the peaks): varies run to run, so
+    #: not in the report.
+    measured: Mapping[str, float] = field(default_factory=dict)
 
     def excerpt(
         self, lines: int = 20, *, stream: Literal["stdout", "stderr"] | None = None, max_chars: int = 2000
@@ -204,8 +228,8 @@ def run(spec: BoxSpec, *, stop: Stop | None = None) -> BoxResult:
     if facts.bwrap_problem is not None:
         raise BoxError("box-unavailable", facts.bwrap_problem)
     _check_paths(spec)
-    if spec.network == "proxy" and not (facts.socat or "").startswith("/usr/"):
-        raise BoxError("box-unavailable", 'network="proxy" needs socat under /usr (apt-get install socat)')
+    if facts.python is None:
+        raise BoxError("box-unavailable", facts.python_reason)
     if stop is not None and stop.is_set():
         return _Run(spec, facts).unstarted()
     with _Run(spec, facts) as box:
@@ -259,6 +283,11 @@ class _Run:
         self.status = b""
         self.seen = FirstProcess()
         self.memory = Protection(False, "no memory limit was asked for")
+        self.processes: Literal["rlimit", "cgroup"] = "rlimit"
+        self.supervisor = Supervisor(memory_bytes=None, disk_bytes=None, trees=(), pids=list, mounts=list)
+        self.over_limit: Limit | None = None
+        self.applied: frozenset[str] | None = None  # what the init said it applied, once it did
+        self.seccomp = facts.seccomp
         self.child: int | None = None  # the box's init, pid 1 inside
         self.pid_ns: int | None = None
         self.cgroup: Path | None = None
@@ -283,15 +312,22 @@ class _Run:
         self.block_r, self.block_w = os.pipe()
         self.fds += [self.status_r, status_w, self.block_r, self.block_w]
         try:
-            if spec.memory_bytes is not None and facts.memory_cgroup is None:
-                self.memory = Protection(False, f"not in force: {facts.memory_cgroup_reason}")
-            elif spec.memory_bytes is not None and facts.memory_cgroup is not None:
+            supervised = spec.memory_bytes
+            if spec.memory_bytes is not None and facts.memory_cgroup is not None:
                 try:
-                    self.cgroup = new_cgroup(facts.memory_cgroup, spec.memory_bytes)
+                    self.cgroup = new_cgroup(facts.memory_cgroup, spec.memory_bytes, spec.max_processes)
+                    supervised = None
                 except OSError as exc:
-                    self.memory = Protection(
-                        False, f"not in force: no cgroup in {facts.memory_cgroup}: {exc}"
+                    log.warning(
+                        "box: no cgroup in %s (%s); the supervisor measures memory", facts.memory_cgroup, exc
                     )
+            if supervised is not None:
+                why = facts.memory_cgroup_reason if self.cgroup is None else ""
+                self.memory = _supervised_memory(supervised, why)
+            self.supervisor = Supervisor(
+                memory_bytes=supervised, disk_bytes=spec.max_disk_bytes, trees=(spec.workspace, spec.home),
+                pids=self._box_pids, mounts=self._mounts,
+            )  # fmt: skip
             options = [*bwrap.options(_mounts(spec, facts, self._memfd)), "--json-status-fd", str(status_w)]
             args_fd = self._memfd(
                 b"".join(o.encode() + b"\0" for o in [*options, "--block-fd", str(self.block_r)])
@@ -355,6 +391,7 @@ class _Run:
                 self._kill()
             next_at = now + 1 if self.killed else kill_at if self.timed_out or self.cancelled else term_at
             next_at = next_at if watching is None else min(next_at, now + STOP_POLL_S)
+            next_at = min(next_at, self._supervise(now))
             if not sel.get_map():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.0, next_at - now))
@@ -371,6 +408,17 @@ class _Run:
         duration = time.monotonic() - self.started
         self._wait_box_gone()
         return self._result(proc.returncode, duration)
+
+    def _supervise(self, now: float) -> float:
+        """Sample the box if due (and kill it past a limit); when the next sample is due."""
+        if self.child is None or self.killed:
+            return float("inf")
+        if now >= self.supervisor.due():
+            self.over_limit = self.supervisor.sample()
+            if self.over_limit is not None:
+                self._kill()
+                return float("inf")
+        return self.supervisor.due()
 
     def _stopped(self, now: float, kill_at: float) -> float:
         """``stop`` is set: SIGTERM at once (unless the timeout did already); the new SIGKILL time."""
@@ -406,12 +454,19 @@ class _Run:
             return  # never released: the box dies at its timeout
         self.child, self.pid_ns = child, ns.get("pid")
         self.seen = first_process(child, ns, self.block_r, min(self.spec.timeout_s, 10.0))
-        if self.cgroup is not None:
+        if self.cgroup is not None and self.spec.memory_bytes is not None:
             failed = join_cgroup(self.cgroup, child)
-            mem = f"cgroup v2 memory.max={self.spec.memory_bytes} bytes, no swap ({self.cgroup})"
-            self.memory = (
-                Protection(True, mem) if failed is None else Protection(False, f"not in force: {failed}")
-            )
+            if failed is None:
+                self.memory = Protection(
+                    True, f"{size(self.spec.memory_bytes)} (cgroup v2 memory.max, no swap)"
+                )
+                self.processes = "cgroup" if (self.cgroup / "pids.max").exists() else "rlimit"
+            else:  # the supervisor holds it instead
+                self.memory = _supervised_memory(self.spec.memory_bytes, failed)
+                self.supervisor.memory_bytes, self.supervisor.memory_at = (
+                    self.spec.memory_bytes,
+                    time.monotonic(),
+                )
         with contextlib.suppress(OSError):  # the box died already
             os.write(self.block_w, b"x")
         self._release(child)
@@ -419,16 +474,24 @@ class _Run:
     def _release(self, child: int) -> None:
         """Send "go" (then the agent's stdin) once the box's init guards itself.
 
-        bwrap's init sets its own die-with-parent only after it was let go; until
-        the init waits for its children, a worker dying would leave it running. So
-        "go" goes only after that, and a worker that dies before sending it closes
-        the box's stdin instead: the gate reads EOF and the agent never starts.
+        The box's init is Baton's (pid 1, ``--as-pid-1``), with bwrap's SIGKILL-on-parent-death
+        set before it was exec'd; seen reading its stdin, it is that init, at its gate. So
+        "go" goes only then, and a worker that dies before sending it closes the box's
+        stdin instead: the gate reads EOF and the agent never starts.
         """
-        self.guarded = wait_in_syscall(child, "wait4", None, min(self.spec.timeout_s, 10.0))
+        self.guarded = wait_in_syscall(child, "read", 0, min(self.spec.timeout_s, 10.0))
         self.pending = memoryview(b"go\n" + (self.spec.stdin or b""))
         if self.proc.stdin is not None:
             os.set_blocking(self.proc.stdin.fileno(), False)
             self.sel.register(self.proc.stdin, selectors.EVENT_WRITE, "stdin")
+
+    def _mounts(self) -> list[str]:
+        """The box's own tmpfs mounts as the host reaches them (for the disk they hold)."""
+        return (
+            []
+            if self.child is None
+            else [f"/proc/{self.child}/root{bwrap.TMP}", f"/proc/{self.child}/root{bwrap.SHM}"]
+        )
 
     def _box_pids(self) -> list[int]:
         found = []
@@ -484,12 +547,23 @@ class _Run:
     def _result(self, returncode: int, duration: float) -> BoxResult:
         launched = any(b'"exit-code"' in line for line in self.status.splitlines()[1:])
         stderr = bytes(self.err.data)
-        if not launched and not self.timed_out and not self.cancelled:
+        if not launched and not self.timed_out and not self.cancelled and self.over_limit is None:
             raise BoxError(
                 "box-setup-failed", "bubblewrap could not build the box: " + safe_tail(stderr, 3, 500)
             )
-        if self.spec.network == "proxy" and returncode == 125 and stderr.startswith(bwrap.FORWARDER_FAILED):
+        first, _, rest = stderr.partition(b"\n")
+        if returncode == box_init.REFUSED and first.startswith(box_init.FORWARDER_FAILED):
             raise BoxError("box-forwarder-failed", "the proxy forwarder in the box did not start listening")
+        if returncode == box_init.REFUSED and first.startswith(box_init.SECCOMP_FAILED):
+            raise BoxError("box-seccomp-failed", first.decode("utf-8", "replace"))
+        if first.startswith(box_init.READY):  # written by the init before the agent existed
+            self.applied = frozenset(first[len(box_init.READY) :].decode("ascii", "replace").split())
+            stderr = rest
+            self.err.total -= len(first) + 1
+        if self.over_limit is None and self.cgroup is not None and _oom_killed(self.cgroup):
+            self.over_limit = Limit(
+                "memory", self.spec.memory_bytes or 0, self.spec.memory_bytes or 0, "cgroup"
+            )
         code: int | None = returncode
         sig: int | None = None
         if returncode < 0:  # bwrap itself was killed
@@ -507,6 +581,8 @@ class _Run:
             stderr_bytes=self.err.total,
             duration_s=duration,
             report=self._report(),
+            over_limit=self.over_limit,
+            measured=self.supervisor.measured(),
         )
 
     def unstarted(self) -> BoxResult:
@@ -515,19 +591,33 @@ class _Run:
             self.memory = Protection(False, "not in force: the box was cancelled before it started")
         return BoxResult(exit_code=None, signal=None, timed_out=False, cancelled=True, stdout=b"",
                          stderr=b"", stdout_bytes=0, stderr_bytes=0, duration_s=0.0,
-                         report=self._report())  # fmt: skip
+                         report=self._report(started=False))  # fmt: skip
 
-    def _report(self) -> BoxReport:
+    def _report(self, *, started: bool = True) -> BoxReport:
+        disk = self.spec.max_disk_bytes
         return report(
-            self.spec.network,
-            self.spec.max_file_bytes,
-            self.spec.max_processes,
+            Limits(
+                network=self.spec.network,
+                max_file_bytes=self.spec.max_file_bytes,
+                max_processes=self.spec.max_processes,
+                memory=self.memory,
+                processes=self.processes,
+                disk=None
+                if disk is None
+                else Protection(
+                    self.applied is not None,
+                    f"{size(disk)}, workspace, HOME and /tmp together (measured by Baton's supervisor "
+                    f"every {DISK_EVERY_S:g} s or more; each file counts at least 4 KiB)",
+                ),
+                applied=self.applied,
+                seccomp=self.seccomp,
+            ),
             self.facts,
             self.seen,
-            memory=self.memory,
             guarded=self.guarded,
             writable=bwrap.WRITABLE,
             ro_binds=tuple(map(str, self.spec.ro_binds)),
+            started=started,
         )
 
 
@@ -552,16 +642,33 @@ def _mounts(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> bwrap.
         root_links=facts.root_links,
         etc_dirs=tuple(dirs),
         etc_files=tuple((name, memfd(content)) for name, content in copies.items()),
-    )
+        box_files=((bwrap.INIT_PATH, memfd(_INIT)),
+                   *(((bwrap.SECCOMP_PATH, memfd(facts.seccomp)),) if facts.seccomp is not None else ())),
+    )  # fmt: skip
 
 
 def _command(spec: BoxSpec, facts: Host) -> list[str]:
     return bwrap.command(
         spec.argv,
+        python=facts.python or "python3",
         network=spec.network,
         gateway=spec.gateway_socket is not None,
-        socat=facts.socat,
-        prlimit=facts.prlimit,
         max_file_bytes=spec.max_file_bytes,
         max_processes=spec.max_processes,
+        seccomp=facts.seccomp is not None,
     )
+
+
+def _supervised_memory(limit: int, no_cgroup: str) -> Protection:
+    why = f"; no cgroup: {no_cgroup}" if no_cgroup else ""
+    return Protection(True, f"{size(limit)} (PSS of the box's processes, measured by Baton's supervisor "
+                            f"every {MEMORY_EVERY_S:g} s{why})")  # fmt: skip
+
+
+def _oom_killed(group: Path) -> bool:
+    """Did the kernel kill a process of this cgroup for passing memory.max?"""
+    try:
+        events = dict(line.split() for line in (group / "memory.events").read_text().splitlines())
+        return int(events.get("oom_kill", "0")) > 0
+    except (OSError, ValueError):
+        return False

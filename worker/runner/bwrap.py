@@ -22,6 +22,9 @@ PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 GATEWAY_SOCKET = "/run/baton/model.sock"
 #: Where the box reaches the model gateway: a second forwarder, to ``GATEWAY_SOCKET``.
 GATEWAY_PORT = 3129
+#: The box's init (``worker/runner/box_init.py``) and the seccomp program it applies, in the box.
+INIT_PATH = "/run/baton/init.py"
+SECCOMP_PATH = "/run/baton/seccomp.bpf"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 MiB = 1024 * 1024
 TMP_BYTES = 1024 * MiB
@@ -58,22 +61,6 @@ ETC_WRITTEN = {
 }
 #: No ro_bind may land on (or under) what the box mounts itself.
 BOX_PATHS = ("/proc", "/dev", "/sys", WORKSPACE, AGENT_HOME, "/run/baton", "/etc/passwd", "/etc/group")
-#: The box's first command: nothing starts until the worker, having checked the box, sends "go" on
-#: stdin (EOF instead means the worker died: then nothing starts at all, see ``box._Run._release``).
-GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125\n'
-#: On stderr before the agent runs (so the agent cannot forge it) when the forwarder never listened.
-FORWARDER_FAILED = b"baton-box: the proxy forwarder did not start\n"
-_FORWARD = """(exec {socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} \\
-</dev/null >/dev/null 2>&1 &)
-"""
-_FORWARDER = """ready() {{ while read -r _ l _ s _; do [ "$l $s" = "0100007F:$1 0A" ] && return 0; done \\
-</proc/net/tcp; return 1; }}
-n=0
-until {ready}; do
-  n=$((n+1)); [ "$n" -gt 2000 ] && {{ printf '%s\\n' '{failed}' >&2; exit 125; }}
-  sleep 0.002
-done
-"""
 
 
 def etc_entries(network: Network) -> tuple[str, ...]:
@@ -97,6 +84,8 @@ class Mounts:
     etc_dirs: tuple[str, ...] = ()
     #: /etc files in the box, each with the fd bwrap reads its content from (``--file``).
     etc_files: tuple[tuple[str, int], ...] = ()
+    #: Baton's own files in the box (the init, the seccomp program): path, fd.
+    box_files: tuple[tuple[str, int], ...] = ()
 
 
 def options(m: Mounts) -> list[str]:
@@ -106,6 +95,9 @@ def options(m: Mounts) -> list[str]:
         "--unshare-user",
         "--disable-userns",
         *(["--share-net"] * (m.network == "host")),
+        # No bwrap reaper in the box: the init below is pid 1. An unfiltered, dumpable bwrap
+        # there would let the agent write into its memory through /proc/1/mem and act unfiltered.
+        "--as-pid-1",
     ]
     opts += ["--uid", str(BOX_UID), "--gid", str(BOX_UID), "--hostname", "baton"]
     opts += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
@@ -137,34 +129,33 @@ def options(m: Mounts) -> list[str]:
         opts += ["--ro-bind", m.gateway_socket, GATEWAY_SOCKET]
     for path in m.ro_binds:
         opts += ["--ro-bind", path, path]
+    for path, fd in m.box_files:
+        opts += ["--perms", "0444", "--file", str(fd), path]
     return [*opts, "--chdir", WORKSPACE, "--remount-ro", "/"]
 
 
 def command(
     argv: Sequence[str],
     *,
+    python: str,
     network: Network,
     gateway: bool,
-    socat: str | None,
-    prlimit: str | None,
     max_file_bytes: int | None,
     max_processes: int | None,
+    seccomp: bool,
 ) -> list[str]:
-    """What the box runs: the gate (and the forwarders), then the rlimits, then the agent."""
-    limits = []
-    if prlimit is not None:
-        limits = [prlimit, "--core=0"]
-        limits += [f"--fsize={max_file_bytes}"] * bool(max_file_bytes)
-        limits += [f"--nproc={max_processes}"] * bool(max_processes)
-        limits += ["--"]
-    script = GATE
+    """What the box runs: ``worker/runner/box_init.py`` (at ``INIT_PATH``) on the box's Python,
+    which holds the gate and the forwarders, then starts the agent under its rlimits and filter
+    (the program at ``SECCOMP_PATH``)."""
+    args = []
     if network == "proxy":
-        failed = FORWARDER_FAILED.decode().strip()
         doors = [(PROXY_PORT, PROXY_SOCKET)] + [(GATEWAY_PORT, GATEWAY_SOCKET)] * gateway
-        script += "".join(_FORWARD.format(socat=socat, port=port, sock=sock) for port, sock in doors)
-        ready = " && ".join(f"ready {port:04X}" for port, _ in doors)
-        script += _FORWARDER.format(ready=ready, failed=failed)
-    return ["/bin/sh", "-c", script + 'exec "$@"\n', "baton-box", *limits, *argv]
+        args += [f"forward={port}:{sock}" for port, sock in doors]
+    args += ["rlimit=core:0"]
+    args += [f"rlimit=fsize:{max_file_bytes}"] * bool(max_file_bytes)
+    args += [f"rlimit=nproc:{max_processes}"] * bool(max_processes)
+    args += [f"seccomp={SECCOMP_PATH}"] * seccomp
+    return [python, "-I", "-S", INIT_PATH, *args, "--", *argv]
 
 
 def environment(env: Mapping[str, str], network: Network) -> dict[str, str]:

@@ -18,15 +18,19 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from worker.runner import seccomp
+from worker.runner.supervise import size
 
 if TYPE_CHECKING:
     from worker.runner.box import BoxResult
@@ -48,8 +52,9 @@ class Host:
 
     bwrap: str | None
     bwrap_version: tuple[int, ...] | None
-    socat: str | None
-    prlimit: str | None
+    #: The python3 the box's init runs on (under /usr, so it is in every box), or None and why not.
+    python: str | None
+    python_reason: str
     uid: int
     #: ``(name, target)`` for /bin and friends that are symlinks; ``(name, "")`` for real directories.
     root_links: tuple[tuple[str, str], ...]
@@ -58,6 +63,9 @@ class Host:
     #: The cgroup v2 directory a box's own cgroup is made in, or None and why not.
     memory_cgroup: Path | None
     memory_cgroup_reason: str
+    #: The seccomp program for this machine, or None and why not.
+    seccomp: bytes | None = None
+    seccomp_reason: str = ""
 
     @property
     def bwrap_problem(self) -> str | None:
@@ -75,17 +83,46 @@ def host() -> Host:
     memory_cgroup, reason = find_memory_cgroup(
         _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
     )
+    python, python_reason = box_python()
+    program, seccomp_reason = _seccomp_program(os.uname().machine, _read("/proc/self/status"))
     return Host(
         bwrap=bwrap,
         bwrap_version=_bwrap_version(bwrap) if bwrap else None,
-        socat=_tool("socat"),
-        prlimit=_tool("prlimit"),
+        python=python,
+        python_reason=python_reason,
         uid=os.getuid(),
         root_links=tuple(_root_link(name) for name in ROOT_LINKS if os.path.lexists(f"/{name}")),
         namespaces={kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in NAMESPACES},
         memory_cgroup=memory_cgroup,
         memory_cgroup_reason=reason,
+        seccomp=program,
+        seccomp_reason=seccomp_reason,
     )
+
+
+def box_python(candidates: tuple[str, ...] | None = None) -> tuple[str | None, str]:
+    """The python3 the box's init runs on: the worker's own interpreter if it lives under /usr
+    (what the box sees of the host), else the system's. The box has /usr and nothing else."""
+    found = candidates if candidates is not None else (
+        os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+        *(p for p in (_tool("python3"),) if p),
+    )  # fmt: skip
+    for path in found:
+        if path.startswith("/usr/") and os.access(path, os.X_OK):
+            return path, f"the box runs Baton's init on {path}"
+    return None, (
+        "the box needs a python3 under /usr (its init runs on it; the box sees nothing else of the "
+        "host): install the distribution's python3 (Debian/Ubuntu: apt-get install python3-minimal)"
+    )
+
+
+def _seccomp_program(machine: str, status: str) -> tuple[bytes | None, str]:
+    if not any(line.startswith("Seccomp:") for line in status.splitlines()):
+        return None, "not in force: this kernel has no seccomp (CONFIG_SECCOMP_FILTER)"
+    try:
+        return seccomp.program(machine), seccomp.SUMMARY
+    except seccomp.Unsupported as exc:
+        return None, f"not in force: {exc}"
 
 
 def find_memory_cgroup(
@@ -124,14 +161,17 @@ def find_memory_cgroup(
     )
 
 
-def new_cgroup(parent: Path, memory_bytes: int) -> Path:
-    """A fresh cgroup with ``memory.max`` (and no swap where the kernel has it); OSError if it cannot."""
+def new_cgroup(parent: Path, memory_bytes: int, max_processes: int | None = None) -> Path:
+    """A fresh cgroup with ``memory.max`` (and no swap where the kernel has it), and ``pids.max``
+    where the pids controller reaches it; OSError if it cannot."""
     group = parent / f"baton-box-{uuid.uuid4().hex[:12]}"
     group.mkdir()
     try:
         (group / "memory.max").write_text(str(memory_bytes))
         with contextlib.suppress(FileNotFoundError):
             (group / "memory.swap.max").write_text("0")
+        if max_processes is not None and (group / "pids.max").exists():
+            (group / "pids.max").write_text(str(max_processes))
     except OSError:
         group.rmdir()
         raise
@@ -214,9 +254,14 @@ class BoxReport:
     file_size_limit: Protection
     process_limit: Protection
     memory_limit: Protection
+    disk_limit: Protection
     seccomp: Protection
     network: str
     writable: tuple[str, ...]
+    #: Which bwrap built the box (path and version).
+    bwrap: str
+    #: One sentence for people (the status comment); the fields above are the record.
+    summary: str
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -231,23 +276,38 @@ class BoxReport:
         return data
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one box asked for, and what ``box`` saw hold it by the end of the run."""
+
+    network: str
+    max_file_bytes: int | None
+    max_processes: int | None
+    memory: Protection
+    #: What held the process count: the cgroup's ``pids.max`` or the init's RLIMIT_NPROC.
+    processes: Literal["rlimit", "cgroup"]
+    disk: Protection | None
+    #: What the box's init said it applied before the agent existed (None: it never said).
+    applied: frozenset[str] | None
+    seccomp: bytes | None
+
+
 _READ_ONLY = ("/usr, /bin, /lib… and an /etc allow-list read-only (no shadow, no credentials); "
               "no /root, /home, /run, /var, /sys of the host")  # fmt: skip
 
 
 def report(
-    network: str,
-    max_file_bytes: int | None,
-    max_processes: int | None,
+    limits: Limits,
     facts: Host,
     seen: FirstProcess,
     *,
-    memory: Protection,
     guarded: bool,
     writable: tuple[str, ...],
     ro_binds: tuple[str, ...] = (),
+    started: bool = True,
 ) -> BoxReport:
-    """What was in force for one box: built by bwrap (it aborts otherwise) or seen on its first process."""
+    """What was in force for one box: built by bwrap (it aborts otherwise), seen on its first
+    process, or said by its init before the agent existed. ``started=False``: no box at all."""
 
     def namespace(kind: str, what: str) -> Protection:
         inode = seen.namespaces.get(kind)
@@ -260,14 +320,38 @@ def report(
     def checked(ok: bool, what: str) -> Protection:
         return Protection(True, what) if ok else Protection(False, "not verified on the box's first process")
 
+    applied = limits.applied or frozenset()
+    unsaid = "not in force: the agent never started" if started else "not in force: the box was never started"
+
+    def rlimit(name: str, value: int | None, what: str) -> Protection:
+        if value is None:
+            return Protection(False, "no limit was asked for")
+        return Protection(True, what) if f"{name}={value}" in applied else Protection(False, unsaid)
+
     mapped = next(
         (line.split() for line in seen.uid_map.splitlines() if line.split()[:1] == [str(BOX_UID)]), []
     )
     uid_ok = len(mapped) == 3 and mapped[2] == "1" and set(seen.uids) == {int(mapped[1])}
     outside = f"host uid {mapped[1]}" if uid_ok else "an unverified host uid"
-    nproc, fsize = max_processes, max_file_bytes
-    root_exempt = bool(nproc and facts.uid == 0 and facts.prlimit)
-    return BoxReport(
+    nproc, fsize = limits.max_processes, limits.max_file_bytes
+    if limits.processes == "cgroup" and nproc:
+        processes = Protection(True, f"{nproc} (cgroup v2 pids.max)")
+    elif nproc and facts.uid == 0:
+        processes = Protection(
+            False,
+            f"not in force: the box's user is host uid 0, which the kernel exempts "
+            f"from RLIMIT_NPROC ({nproc} asked); run the worker as a non-root user",
+        )
+    else:
+        processes = rlimit("nproc", nproc, f"{nproc} (RLIMIT_NPROC of the box's host uid)")
+    if "seccomp" in applied:
+        filtered = Protection(True, facts.seccomp_reason)
+    elif limits.seccomp is None:
+        filtered = Protection(False, facts.seccomp_reason or "not in force: no filter for this machine")
+    else:
+        filtered = Protection(False, unsaid)
+    version = ".".join(map(str, facts.bwrap_version or ())) or "of unknown version"
+    built = BoxReport(
         pid_namespace=namespace("pid", "own pid namespace: only the box's processes are visible"),
         ipc_namespace=namespace("ipc", "own ipc namespace"),
         uts_namespace=namespace("uts", "own uts namespace (hostname baton)"),
@@ -282,34 +366,56 @@ def report(
         else Protection(
             False, "not verified: the box's init was not seen guarding itself before the agent began"
         ),
-        new_session=Protection(True, "own session: no terminal to inject keystrokes into"),
+        new_session=Protection(True, "own session: no terminal to inject keystrokes into")
+        if started
+        else Protection(False, unsaid),
         capabilities_dropped=checked(seen.caps_empty, "every capability set empty, bounding set included"),
         no_new_privileges=checked(seen.no_new_privs, "no_new_privs: setuid binaries gain nothing"),
         non_root_uid=checked(uid_ok, f"uid/gid {BOX_UID} inside"),
         read_only_system=Protection(
             True, _READ_ONLY + "".join(f"; also {path} (read-only)" for path in ro_binds)
-        ),
-        file_size_limit=_rlimit(facts, fsize, f"RLIMIT_FSIZE {fsize} bytes"),
-        process_limit=Protection(
-            False,
-            f"not in force: the box's user is host uid 0, which the kernel exempts "
-            f"from RLIMIT_NPROC ({nproc} asked); run the worker as a non-root user",
         )
-        if root_exempt
-        else _rlimit(facts, nproc, f"RLIMIT_NPROC {nproc}, counted in the box's own user namespace"),
-        memory_limit=memory,
-        seccomp=Protection(False, "not built: no seccomp filter (e.g. creating UNIX sockets is not blocked)"),
-        network={"proxy": "loopback only + proxy", "none": "none", "host": "host"}[network],
+        if started
+        else Protection(False, unsaid),
+        file_size_limit=rlimit("fsize", fsize, f"{size(fsize or 0)} per file (RLIMIT_FSIZE)"),
+        process_limit=processes,
+        memory_limit=limits.memory,
+        disk_limit=limits.disk or Protection(False, "no disk limit was asked for"),
+        seccomp=filtered,
+        network={"proxy": "loopback only + proxy", "none": "none", "host": "host"}[limits.network],
         writable=writable,
+        bwrap=f"{facts.bwrap} {version}" if facts.bwrap else "none",
+        summary="",
     )
+    return replace(built, summary=sentence(built, limits.network, started=started))
 
 
-def _rlimit(facts: Host, limit: int | None, what: str) -> Protection:
-    if limit is None:
-        return Protection(False, "no limit was asked for")
-    if facts.prlimit is None:
-        return Protection(False, "not in force: prlimit (util-linux) is not installed")
-    return Protection(True, what)
+_NETWORK = {
+    "proxy": "network: only Baton's egress proxy and model gateway",
+    "none": "network: none",
+    "host": "network: the worker's own (no cut-off on this machine)",
+}
+
+
+def sentence(box: BoxReport, network: str, *, started: bool = True) -> str:
+    """The box in one line for the status comment, e.g. "network: only Baton's egress proxy and
+    model gateway; memory 4 GiB (cgroup); processes 1024; disk 10 GiB; seccomp on"."""
+    if not started:
+        return "the box was never started"
+    memory = box.memory_limit
+    parts = [_NETWORK.get(network, f"network: {network}")]
+    if memory.in_force:
+        held = "cgroup" if "cgroup v2 memory.max" in memory.detail else "supervisor"
+        parts.append(f"memory {memory.detail.split(' (', 1)[0]} ({held})")
+    else:
+        parts.append("memory: no limit")
+    limit = box.process_limit
+    parts.append(f"processes {limit.detail.split(' (', 1)[0]}" if limit.in_force else "processes: no limit")
+    parts.append(
+        f"disk {box.disk_limit.detail.split(',', 1)[0]}" if box.disk_limit.in_force else "disk: no limit"
+    )
+    parts.append("seccomp on" if box.seccomp.in_force else "seccomp off")
+    return "; ".join(parts)
 
 
 def wait_in_syscall(pid: int, name: str, first_arg: int | None, wait_s: float) -> bool:
@@ -339,10 +445,13 @@ class Probe:
     bwrap_runs: bool
     user_namespaces: bool
     network_namespace: bool
-    socat: bool
+    #: The box's init runs (on the box's python3): its forwarders, rlimits and filter with it.
+    python: bool
     rlimits: bool
     #: RLIMIT_NPROC binds only a worker that is not root (the kernel exempts host uid 0).
     process_limit: bool
+    #: The seccomp filter was applied to the probe's agent.
+    seccomp: bool
     memory_cgroup: bool
     memory_cgroup_detail: str
     #: True only if a box with no network, reaching out only through the forwarder, worked here.
@@ -376,9 +485,7 @@ def run_probe(run_box: Callable[..., BoxResult], box_error: type[Exception]) -> 
         runs = first is not None and first.exit_code == 0
         if first is not None and not runs:
             problems.append(f"a box running `true` ended with {first.exit_code}: {first.excerpt(3)}")
-        if runs and facts.socat is None:
-            problems.append("socat is not installed: a box without a network would have no way out")
-        elif runs:
+        if runs:
             cutoff = _try_cutoff(run_box, box_error, work, home, Path(tmp, "p.sock"), problems)
     report = first.report if first is not None else None
     return Probe(
@@ -386,9 +493,10 @@ def run_probe(run_box: Callable[..., BoxResult], box_error: type[Exception]) -> 
         bwrap_runs=runs,
         user_namespaces=bool(report and report.user_namespace.in_force),
         network_namespace=bool(report and report.net_namespace.in_force),
-        socat=facts.socat is not None,
-        rlimits=runs and facts.prlimit is not None,
-        process_limit=runs and facts.prlimit is not None and facts.uid != 0,
+        python=runs,
+        rlimits=bool(report and report.file_size_limit.in_force),
+        process_limit=bool(report and report.process_limit.in_force),
+        seccomp=bool(report and report.seccomp.in_force),
         memory_cgroup=facts.memory_cgroup is not None,
         memory_cgroup_detail=facts.memory_cgroup_reason,
         network_cutoff=cutoff,
@@ -416,7 +524,9 @@ def _try_cutoff(  # noqa: PLR0917 - private, called once
 
         thread = threading.Thread(target=answer, name="baton-probe", daemon=True)
         thread.start()
-        script = "cat /proc/net/dev; exec socat -u TCP:127.0.0.1:3128,connect-timeout=5 STDOUT"
+        client = ("import _socket; s = _socket.socket(); s.settimeout(5); s.connect(('127.0.0.1', 3128)); "
+                  "print(s.recv(64).decode())")  # fmt: skip
+        script = f'cat /proc/net/dev; exec {host().python} -I -S -c "{client}"'
         try:
             done = run_box(argv=["/bin/sh", "-c", script], workspace=work, home=home, network="proxy",
                            proxy_socket=sock_path, timeout_s=30, grace_s=1)  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.runner import box
+from worker.runner import box, seccomp
 from worker.runner.box import BoxError, BoxResult, BoxSpec
 from worker.runner.probe import find_memory_cgroup, host, join_cgroup, new_cgroup, wait_in_syscall
 
@@ -189,8 +189,7 @@ def test_the_agent_is_an_unprivileged_user_alone_in_its_namespaces(dirs: tuple[P
         "non_root_uid",
     ):
         assert getattr(report, name).in_force, name
-    assert report.seccomp == box.Protection(False, report.seccomp.detail)
-    assert "not built" in report.seccomp.detail
+    assert report.seccomp == box.Protection(True, seccomp.SUMMARY)  # x86-64 and arm64, CI's machines
 
 
 def test_a_timed_out_agent_that_ignores_sigterm_and_left_a_daemon_is_gone(dirs: tuple[Path, Path]) -> None:
@@ -342,8 +341,11 @@ def test_no_planted_secret_reaches_the_agent(
         assert f"cannot access '{missing}'" in done.stderr.decode(), missing
     found = [line.split()[1] for line in out.splitlines() if line.startswith("socket:")]
     assert found == (["/run/baton/proxy.sock"] if network == "proxy" else [])
+    run = (dirs[1] / "run.txt").read_text()
+    assert "init.py" in run
+    assert "seccomp.bpf" in run
     if network == "none":
-        assert "cannot access '/run'" in done.stderr.decode()
+        assert "proxy.sock" not in run  # /run holds Baton's init and filter, nothing of the host's
 
 
 def test_only_the_workspace_home_and_tmp_are_writable(dirs: tuple[Path, Path]) -> None:
@@ -587,9 +589,11 @@ def test_the_process_limit_binds_a_worker_that_is_not_root() -> None:
 def test_a_memory_limit_is_in_force_only_where_the_machine_delegates_it(dirs: tuple[Path, Path]) -> None:
     done = sh(dirs, "true", memory_bytes=256 * 1024 * 1024)
     facts = host()
-    assert done.report.memory_limit.in_force == (facts.memory_cgroup is not None)
+    assert done.report.memory_limit.in_force  # by the cgroup where delegated, else by the supervisor
+    held = "cgroup" if facts.memory_cgroup is not None else "supervisor"
+    assert f"memory 256 MiB ({held})" in done.report.summary
     if facts.memory_cgroup is None:
-        assert done.report.memory_limit.detail == f"not in force: {facts.memory_cgroup_reason}"
+        assert facts.memory_cgroup_reason in done.report.memory_limit.detail
     assert not sh(dirs, "true").report.memory_limit.in_force
 
 
@@ -653,7 +657,8 @@ def test_the_probe_says_what_this_machine_enforces() -> None:
     assert (found.bwrap_runs, found.user_namespaces, found.network_namespace) == (True, True, True), (
         found.problems
     )
-    assert found.network_cutoff == (found.socat and not found.problems)
+    assert found.network_cutoff == (found.python and not found.problems)
+    assert found.seccomp
     data = found.to_data()
     assert set(data) >= {"bwrap", "network_cutoff", "memory_cgroup", "memory_cgroup_detail", "problems"}
     assert json.loads(json.dumps(data)) == data
@@ -664,7 +669,9 @@ def test_the_report_is_plain_deterministic_data(dirs: tuple[Path, Path]) -> None
     assert first == second
     assert json.loads(json.dumps(first)) == first
     assert first["network"] == "none"
-    assert first["seccomp"]["in_force"] is False
+    assert first["seccomp"]["in_force"] is True
+    processes = "processes: no limit" if host().uid == 0 else "processes 1024"  # root: see the root tests
+    assert first["summary"] == f"network: none; memory: no limit; {processes}; disk: no limit; seccomp on"
 
 
 def test_a_box_that_cannot_be_built_raises(tmp_path: Path, dirs: tuple[Path, Path]) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from worker.runner import bwrap
+import pytest
+
+from worker.runner import box_init, bwrap
 
 MOUNTS = bwrap.Mounts(
     network="none",
@@ -18,7 +20,7 @@ MOUNTS = bwrap.Mounts(
 
 def test_the_whole_argv_of_an_offline_box() -> None:
     assert bwrap.options(MOUNTS) == [
-        "--unshare-all", "--unshare-user", "--disable-userns",
+        "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
         "--uid", "1000", "--gid", "1000", "--hostname", "baton",
         "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/bin", "/bin", "--ro-bind", "/lib64", "/lib64",
@@ -51,29 +53,41 @@ def test_sockets_and_read_only_binds_land_where_the_box_expects_them() -> None:
     ]  # fmt: skip
 
 
-def test_the_command_gates_then_limits_then_runs_the_agent() -> None:
-    argv = bwrap.command(["agent", "--go"], network="none", gateway=False, socat=None,
-                         prlimit="/usr/bin/prlimit", max_file_bytes=5, max_processes=None)  # fmt: skip
-    assert argv == ["/bin/sh", "-c", bwrap.GATE + 'exec "$@"\n', "baton-box",
-                    "/usr/bin/prlimit", "--core=0", "--fsize=5", "--", "agent", "--go"]  # fmt: skip
-    bare = bwrap.command(["a"], network="none", gateway=False, socat=None, prlimit=None,
-                         max_file_bytes=5, max_processes=5)  # fmt: skip
-    assert bare[3:] == ["baton-box", "a"]  # no prlimit on the host: no limits in the argv
+def test_the_box_runs_baton_s_init_which_applies_the_limits_and_filter_then_runs_the_agent() -> None:
+    argv = bwrap.command(["agent", "--go"], python="/usr/bin/python3", network="none", gateway=False,
+                         max_file_bytes=5, max_processes=None, seccomp=True)  # fmt: skip
+    assert argv == ["/usr/bin/python3", "-I", "-S", bwrap.INIT_PATH, "rlimit=core:0", "rlimit=fsize:5",
+                    f"seccomp={bwrap.SECCOMP_PATH}", "--", "agent", "--go"]  # fmt: skip
+    bare = bwrap.command(["a"], python="/usr/bin/python3", network="none", gateway=False,
+                         max_file_bytes=None, max_processes=7, seccomp=False)  # fmt: skip
+    assert bare[4:] == [
+        "rlimit=core:0",
+        "rlimit=nproc:7",
+        "--",
+        "a",
+    ]  # no filter for this machine: none named
 
 
-def test_a_proxied_box_waits_for_each_forwarder_before_the_agent() -> None:
-    one = bwrap.command(["a"], network="proxy", gateway=False, socat="/usr/bin/socat", prlimit=None,
-                        max_file_bytes=None, max_processes=None)[2]  # fmt: skip
-    two = bwrap.command(["a"], network="proxy", gateway=True, socat="/usr/bin/socat", prlimit=None,
-                        max_file_bytes=None, max_processes=None)[2]  # fmt: skip
-    assert one.startswith(bwrap.GATE)
-    assert one.endswith('exec "$@"\n')
-    assert one.count("/usr/bin/socat TCP-LISTEN:") == 1
-    assert "until ready 0C38; do" in one
-    assert two.count("/usr/bin/socat TCP-LISTEN:") == 2
-    assert "until ready 0C38 && ready 0C39; do" in two
-    assert f"UNIX-CONNECT:{bwrap.GATEWAY_SOCKET}" in two
-    assert bwrap.FORWARDER_FAILED.decode().strip() in one
+def test_a_proxied_box_forwards_the_proxy_and_the_gateway_from_its_init() -> None:
+    def forwards(gateway: bool) -> list[str]:
+        argv = bwrap.command(["a"], python="/usr/bin/python3", network="proxy", gateway=gateway,
+                             max_file_bytes=None, max_processes=None, seccomp=True)  # fmt: skip
+        return [a for a in argv[: argv.index("--")] if a.startswith("forward=")]
+
+    assert forwards(False) == [f"forward=3128:{bwrap.PROXY_SOCKET}"]
+    assert forwards(True) == [f"forward=3128:{bwrap.PROXY_SOCKET}", f"forward=3129:{bwrap.GATEWAY_SOCKET}"]
+
+
+def test_the_init_reads_back_what_the_box_argv_says() -> None:
+    argv = bwrap.command(["sh", "-c", "x", "--"], python="/p", network="proxy", gateway=True,
+                         max_file_bytes=9, max_processes=8, seccomp=False)  # fmt: skip
+    forwards, limits, program, agent = box_init.parse(argv[4:])
+    assert forwards == [(3128, bwrap.PROXY_SOCKET), (3129, bwrap.GATEWAY_SOCKET)]
+    assert limits == [("core", 0), ("fsize", 9), ("nproc", 8)]
+    assert (program, agent) == (None, ["sh", "-c", "x", "--"])
+    for bad in (["a"], ["--"], ["color=blue", "--", "a"], ["rlimit=nproc:many", "--", "a"]):
+        with pytest.raises(ValueError):  # noqa: PT011 - each says what; the box then never starts
+            box_init.parse(bad)
 
 
 def test_the_environment_is_the_spec_s_under_what_the_box_sets() -> None:
