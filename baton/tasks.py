@@ -36,6 +36,7 @@ class Outcome(StrEnum):
     OVER_BUDGET = "over-budget"
     CANCELLED = "cancelled"
     CONFLICT = "conflict"  # the branch has commits Baton did not make, or moved during the run
+    OVER_LIMIT = "over-limit"  # the box passed its memory or disk limit and was stopped
 
 
 class Kind(StrEnum):

@@ -70,6 +70,7 @@ OUTCOME_STATE: dict[Outcome, State] = {
     Outcome.OVER_BUDGET: State.FAILED,
     Outcome.CANCELLED: State.CANCELLED,
     Outcome.CONFLICT: State.FAILED,
+    Outcome.OVER_LIMIT: State.FAILED,
 }
 
 #: States no longer written, read as the state they meant. "accepted" (allowed, no run started:

@@ -297,6 +297,7 @@ def agent_run(
             "code": record.exit_code,
             "signal": record.signal,
             "timedOut": bool(record.timed_out),
+            **({"overLimit": camel(record.over_limit)} if record.over_limit else {}),
         },
         "durations": camel(record.durations),
         "costUsd": record.cost_usd,

@@ -82,6 +82,7 @@ from worker.runner.probe import (
     host,
     join_cgroup,
     new_cgroup,
+    new_pids_cgroup,
     report,
     run_probe,
     wait_in_syscall,
@@ -291,6 +292,7 @@ class _Run:
         self.child: int | None = None  # the box's init, pid 1 inside
         self.pid_ns: int | None = None
         self.cgroup: Path | None = None
+        self.pids_cgroup: Path | None = None  # cgroup v1, where v2 does not hold the processes
         self.timed_out = self.killed = self.cancelled = False
         self.fds: list[int] = []
         self.started = time.monotonic()
@@ -321,6 +323,11 @@ class _Run:
                     log.warning(
                         "box: no cgroup in %s (%s); the supervisor measures memory", facts.memory_cgroup, exc
                     )
+            if spec.max_processes is not None and self.cgroup is None and facts.pids_cgroup is not None:
+                try:
+                    self.pids_cgroup = new_pids_cgroup(facts.pids_cgroup, spec.max_processes)
+                except OSError as exc:
+                    log.warning("box: no pids cgroup in %s (%s)", facts.pids_cgroup, exc)
             if supervised is not None:
                 why = facts.memory_cgroup_reason if self.cgroup is None else ""
                 self.memory = _supervised_memory(supervised, why)
@@ -364,9 +371,10 @@ class _Run:
         for pipe in (proc.stdin, proc.stdout, proc.stderr) if proc else ():
             if pipe is not None:
                 pipe.close()
-        if self.cgroup is not None:
-            with contextlib.suppress(OSError):
-                self.cgroup.rmdir()
+        for group in (self.cgroup, self.pids_cgroup):
+            if group is not None:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
 
     def wait(self, stop: Stop | None = None) -> BoxResult:
         proc, spec = self.proc, self.spec
@@ -467,6 +475,9 @@ class _Run:
                     self.spec.memory_bytes,
                     time.monotonic(),
                 )
+        if self.pids_cgroup is not None:
+            held = join_cgroup(self.pids_cgroup, child, hierarchy=":pids:") is None
+            self.processes = "cgroup" if held else self.processes
         with contextlib.suppress(OSError):  # the box died already
             os.write(self.block_w, b"x")
         self._release(child)

@@ -63,6 +63,9 @@ class Host:
     #: The cgroup v2 directory a box's own cgroup is made in, or None and why not.
     memory_cgroup: Path | None
     memory_cgroup_reason: str
+    #: A cgroup v1 ``pids`` group a box's own group can be made in (where v2 does not hold the
+    #: processes: a root worker, whom RLIMIT_NPROC does not bind, can usually write one), or None.
+    pids_cgroup: Path | None = None
     #: The seccomp program for this machine, or None and why not.
     seccomp: bytes | None = None
     seccomp_reason: str = ""
@@ -84,6 +87,9 @@ def host() -> Host:
         _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
     )
     python, python_reason = box_python()
+    pids_cgroup = find_pids_cgroup(
+        _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
+    )
     program, seccomp_reason = _seccomp_program(os.uname().machine, _read("/proc/self/status"))
     return Host(
         bwrap=bwrap,
@@ -95,6 +101,7 @@ def host() -> Host:
         namespaces={kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in NAMESPACES},
         memory_cgroup=memory_cgroup,
         memory_cgroup_reason=reason,
+        pids_cgroup=pids_cgroup,
         seccomp=program,
         seccomp_reason=seccomp_reason,
     )
@@ -178,16 +185,50 @@ def new_cgroup(parent: Path, memory_bytes: int, max_processes: int | None = None
     return group
 
 
-def join_cgroup(group: Path, pid: int) -> str | None:
-    """Move ``pid`` into ``group`` and check it is there; None, or why not."""
+def join_cgroup(group: Path, pid: int, *, hierarchy: str = "0::") -> str | None:
+    """Move ``pid`` into ``group`` and check it is there; None, or why not. ``hierarchy``: the
+    /proc/PID/cgroup line's prefix to look for (``0::`` for v2, ``N:pids:`` style for v1)."""
     try:
         (group / "cgroup.procs").write_text(str(pid))
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError as exc:
         return f"could not move the box into {group}: {exc.strerror}"
-    if not any(line.startswith("0::") and line.rstrip().endswith("/" + group.name) for line in lines):
+    mine = [
+        line for line in lines if line.startswith(hierarchy) or (hierarchy != "0::" and hierarchy in line)
+    ]
+    if not any(line.rstrip().endswith("/" + group.name) for line in mine):
         return f"the box did not show up in {group}"
     return None
+
+
+def find_pids_cgroup(
+    cgroup_text: str, mountinfo_text: str, *, writable: Callable[[Path], bool], fs_root: Path = Path("/")
+) -> Path | None:
+    """The worker's own cgroup v1 ``pids`` group, if it may make groups in it (v1 lets a group with
+    processes have children). ``fs_root`` and ``writable`` exist for tests."""
+    mounts = [line.split(" - ", 1) for line in mountinfo_text.splitlines() if " - " in line]
+    points = [(pre.split()[4], pre.split()[3]) for pre, post in mounts
+              if post.split()[0] == "cgroup" and "pids" in post.split()[-1].split(",")]  # fmt: skip
+    own = next((line.split(":", 2)[2] for line in cgroup_text.splitlines()
+                if line.count(":") >= 2 and "pids" in line.split(":", 2)[1].split(",")), None)  # fmt: skip
+    if not points or own is None:
+        return None
+    mount_point, mount_root = points[0]
+    relative = os.path.relpath(own, mount_root) if own.startswith(mount_root) else own.lstrip("/")
+    group = fs_root / mount_point.lstrip("/") / ("" if relative == "." else relative)
+    return group if writable(group) else None
+
+
+def new_pids_cgroup(parent: Path, max_processes: int) -> Path:
+    """A fresh cgroup v1 ``pids`` group with ``pids.max``; OSError if it cannot be made."""
+    group = parent / f"baton-box-{uuid.uuid4().hex[:12]}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text(str(max_processes))
+    except OSError:
+        group.rmdir()
+        raise
+    return group
 
 
 @dataclass
@@ -335,7 +376,7 @@ def report(
     outside = f"host uid {mapped[1]}" if uid_ok else "an unverified host uid"
     nproc, fsize = limits.max_processes, limits.max_file_bytes
     if limits.processes == "cgroup" and nproc:
-        processes = Protection(True, f"{nproc} (cgroup v2 pids.max)")
+        processes = Protection(True, f"{nproc} (cgroup pids.max)")
     elif nproc and facts.uid == 0:
         processes = Protection(
             False,

@@ -46,7 +46,7 @@ from worker.runner import adapters, box, gateway, inspect, inspect_git, prompt, 
 EXIT: dict[Outcome, int] = {
     Outcome.DONE: 0, Outcome.NO_CHANGES: 0, Outcome.DENIED: 3, Outcome.VIOLATIONS: 4, Outcome.FAILED: 5,
     Outcome.TIMED_OUT: 5, Outcome.AGENT_MISSING: 5, Outcome.OVER_BUDGET: 5, Outcome.CANCELLED: 6,
-    Outcome.CONFLICT: 5,
+    Outcome.CONFLICT: 5, Outcome.OVER_LIMIT: 5,
 }  # fmt: skip
 #: Why a run whose model requests the gateway refused commits nothing.
 ASKED_FORBIDDEN = (
@@ -138,6 +138,8 @@ class RunRecord:
     timed_out: bool = False
     durations: dict[str, float] = field(default_factory=dict)
     egress: list[dict[str, Any]] = field(default_factory=list)
+    #: The limit the box passed (memory or disk), what was measured and what held it.
+    over_limit: dict[str, Any] | None = None
     diff: dict[str, Any] | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
     violations: list[dict[str, Any]] = field(default_factory=list)
@@ -222,6 +224,10 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
             return _done(record, started)
         if result.cancelled:
             record.outcome, record.reason = Outcome.CANCELLED, _cancelled(result)
+            return _done(record, started)
+        if result.over_limit is not None:
+            record.outcome = Outcome.OVER_LIMIT
+            record.reason = f"the agent was stopped: {result.over_limit.describe()}; nothing was committed"
             return _done(record, started)
         if result.timed_out:
             limit, why = _timeout(request)
@@ -320,7 +326,9 @@ def _run_boxed(
     record.cost_usd = record.model["totals"]["cost_usd"] if record.model else None
     record.box = result.report.to_data()
     record.exit_code, record.signal, record.timed_out = result.exit_code, result.signal, result.timed_out
+    record.over_limit = None if result.over_limit is None else result.over_limit.to_data()
     record.durations["agent_s"] = round(result.duration_s, 3)
+    record.durations["supervisor_s"] = float(result.measured.get("spent_s", 0.0))
     record.output_tail = result.excerpt()
     told = result.stdout if spec.result_file is None else read_own_file(home, spec.result_file)
     said = spec.parse_result(told, result.exit_code)

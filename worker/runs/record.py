@@ -42,6 +42,7 @@ class Record:
     timed_out: bool = False
     durations: Mapping[str, float] = field(default_factory=dict)
     egress: Sequence[Mapping[str, Any]] = ()
+    over_limit: Mapping[str, Any] | None = None
     diff: Mapping[str, Any] | None = None
     changes: Sequence[Mapping[str, Any]] = ()
     violations: Sequence[Mapping[str, Any]] = ()

@@ -314,6 +314,7 @@ def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ())
     headline = {
         Outcome.CONFLICT: "⚠️ Not pushed: the branch has changes Baton did not make",
         Outcome.AGENT_MISSING: "❌ The agent is not installed",
+        Outcome.OVER_LIMIT: "🛑 Stopped: the agent passed a limit of its box",
     }.get(outcome)
     tail = _tail(record, secrets)
     return Status(

@@ -245,3 +245,32 @@ def test_many_empty_files_count_toward_the_disk_limit(dirs: tuple[Path, Path]) -
     done = run(dirs, flood, max_disk_bytes=16 * 1024 * 1024)
     assert done.over_limit is not None
     assert done.over_limit.kind == "disk"
+
+
+FORK = """import os, time
+children = []
+try:
+    for _ in range(300):  # bounded: past the limit asked for, well below the machine's
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(20)
+            os._exit(0)
+        children.append(pid)
+except OSError as exc:
+    print("refused", exc.strerror)
+print("forked", len(children))
+for pid in children:
+    os.kill(pid, 9)
+"""
+
+
+def test_forks_stop_at_the_process_limit_even_under_a_root_worker(dirs: tuple[Path, Path]) -> None:
+    """The kernel exempts host root from RLIMIT_NPROC; a root worker's boxes are held by a cgroup."""
+    done = run(dirs, FORK, max_processes=64)
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == f"refused {os.strerror(11)}", done.stderr  # EAGAIN
+    assert int(lines[1].split()[1]) < 64
+    assert done.report.process_limit.in_force
+    mechanism = "cgroup pids.max" if os.getuid() == 0 else "RLIMIT_NPROC"
+    assert mechanism in done.report.process_limit.detail
+    assert "processes 64" in done.report.summary
