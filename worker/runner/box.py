@@ -298,6 +298,7 @@ class _Run:
         self.started = time.monotonic()
         self.guarded = False
         self.pending = memoryview(b"")
+        self.released = False  # "go" is on its way
         self.proc: subprocess.Popen[bytes]
         self.sel: selectors.BaseSelector
 
@@ -492,6 +493,7 @@ class _Run:
         """
         self.guarded = wait_in_syscall(child, "read", 0, min(self.spec.timeout_s, 10.0))
         self.pending = memoryview(b"go\n" + (self.spec.stdin or b""))
+        self.released = True
         if self.proc.stdin is not None:
             os.set_blocking(self.proc.stdin.fileno(), False)
             self.sel.register(self.proc.stdin, selectors.EVENT_WRITE, "stdin")
@@ -513,14 +515,14 @@ class _Run:
         return found
 
     def _signal_agents(self) -> None:
-        """SIGTERM every process in the box but its init (which ignores it anyway)."""
-        if self.child is None or self.pid_ns is None:
+        """SIGTERM to the box's init, which passes it on to every process in the box (or, if the
+        agent was not started yet, ends with none started). A box not let go yet is killed."""
+        if self.child is None or self.pid_ns is None or not self.released:
             self._kill()
             return
-        for pid in self._box_pids():
-            if pid != self.child:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signals.SIGTERM)
+        if self._box_alive():
+            with contextlib.suppress(OSError):
+                os.kill(self.child, signals.SIGTERM)
 
     def _kill(self) -> None:
         """SIGKILL the box's init (the kernel then kills its whole pid namespace) and bwrap."""

@@ -15,9 +15,8 @@ model gateway outside), the agent must not. So:
 2. fork the agent: its rlimits, then ``no_new_privs`` and the filter, then one line on stderr
    (:data:`READY`) saying what it applied, written before ``exec`` so the agent cannot forge it;
 3. forward connections until the agent exits, then exit with its status (128+N for signal N,
-   as bwrap reports it). The forwarder ignores SIGTERM (the worker sends it to every process of
-   a box it stops; the agent is the one that should end) and makes itself non-dumpable, so the
-   agent cannot read or write its memory through /proc.
+   as bwrap reports it). It makes itself non-dumpable, so the agent cannot read or write its
+   memory through /proc, and passes the worker's SIGTERM on to every other process in the box.
 
 Arguments: ``forward=PORT:SOCKET`` (repeatable), ``rlimit=NAME:VALUE`` (core, fsize, nproc),
 ``seccomp=PATH`` (a BPF program), then ``--`` and the agent's argv.
@@ -119,7 +118,7 @@ def _agent(limits: list[tuple[str, int]], program: bytes | None, argv: list[str]
     import _signal  # type: ignore[import-not-found]  # noqa: PLC0415
     import resource  # noqa: PLC0415
 
-    _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # an ignored signal would stay ignored across exec
+    _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # not the init's handler, until exec resets it
     names = {"core": resource.RLIMIT_CORE, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
     applied = []
     try:
@@ -204,7 +203,24 @@ def _serve(listen_fd: int, path: str, slots: list[int]) -> None:
 
 
 def main(args: list[str]) -> None:
+    import _signal  # noqa: PLC0415
+
     forwards, limits, program, argv = parse(args)
+    agent = [0]  # its pid, once forked
+
+    def on_term(_signum: int, _frame: object) -> None:
+        """The worker stops the box: SIGTERM to every other process in it (kill(-1) from a pid
+        namespace's init), or, before the agent exists, no agent at all."""
+        if agent[0]:
+            try:  # noqa: SIM105
+                os.kill(-1, _signal.SIGTERM)
+            except OSError:
+                pass
+        else:
+            os._exit(128 + _signal.SIGTERM)
+
+    # As pid 1 of its namespace this gets only the signals it has a handler for.
+    _signal.signal(_signal.SIGTERM, on_term)
     try:
         listening = [(_listen(port), path) for port, path in forwards]
     except OSError:
@@ -212,19 +228,18 @@ def main(args: list[str]) -> None:
         os._exit(REFUSED)
     if not _wait_for_go():
         os._exit(REFUSED)
-    import _signal  # noqa: PLC0415
     import ctypes  # noqa: PLC0415
 
     # Not dumpable: this process is not filtered, so the agent must not reach its memory through
     # /proc/1/mem (nor its fds). The agent's exec makes it dumpable again; this one stays so.
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
                             ctypes.c_ulong(0))  # fmt: skip
-    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
     for fd, _ in listening:
         os.set_inheritable(fd, False)
     child = os.fork()
     if child == 0:
         _agent(limits, program, argv)
+    agent[0] = child
     os.close(0)
     if listening:
         import _thread  # noqa: PLC0415
@@ -232,8 +247,10 @@ def main(args: list[str]) -> None:
         slots = [0]
         for fd, path in listening:
             _thread.start_new_thread(_serve, (fd, path, slots))
-    _, status = os.waitpid(child, 0)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+    while True:  # as pid 1, reap whatever is orphaned here, until the agent itself ends
+        pid, status = os.wait()
+        if pid == child:
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 if __name__ == "__main__":
