@@ -46,6 +46,8 @@ class Context:
     #: BATON_REDELIVERY_INTERVAL (0: off) and BATON_REDELIVER_4XX (``worker.redeliver``).
     redelivery_interval_s: float = 300.0
     redeliver_4xx: bool = False
+    #: Does this machine's box filter the agent's system calls (the probe)? The gate's ``seccomp`` fact.
+    seccomp: bool = False
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -98,7 +100,7 @@ def fresh(redis_url: str) -> Context:
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
                    box.probe().network_cutoff, config.data_dir, config.agent_routes,
                    model_upstreams(config), model_prices(config), signer, config.redelivery_interval_s,
-                   config.redeliver_4xx)  # fmt: skip
+                   config.redeliver_4xx, seccomp=box.probe().seccomp)  # fmt: skip
 
 
 def model_upstreams(config: settings.Settings) -> Mapping[str, str]:

@@ -87,7 +87,7 @@ def agent_run(
 
     try:
         facts = TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline,
-                          network_cutoff=ctx.network_cutoff)  # fmt: skip
+                          network_cutoff=ctx.network_cutoff, seccomp=ctx.seccomp)  # fmt: skip
         decision = decide(policy, facts)
     except UnknownAgent:
         known = ", ".join(inert(a) for a in sorted(policy.agents)) or "none"

@@ -85,7 +85,8 @@ class BatonWorker(Worker):
         found = box.probe()  # once, here: every job process forked from this one inherits the answer
         try:  # for the status page: what this machine's box enforces
             self.connection.hset(records.BOX_PROBES_KEY, socket.gethostname(), json.dumps({
-                "network_cutoff": found.network_cutoff, "problems": list(found.problems),
+                "network_cutoff": found.network_cutoff, "seccomp": found.seccomp,
+                "problems": list(found.problems),
                 "at": now().isoformat(timespec="seconds")}, sort_keys=True))  # fmt: skip
         except redis.RedisError as exc:  # the worker's own start fails on Redis soon enough
             log.warning("could not record the box probe", extra={"error": str(exc)})

@@ -27,6 +27,7 @@ def explain(decision: Decision) -> str:
         f"  facts: {'private' if facts.repo_private else 'public'} repository"
         f"{', offline' if facts.offline else ''}"
         f", network cut-off {'available' if facts.network_cutoff else 'not available'}"
+        f", seccomp filter {'on' if facts.seccomp else 'off'}"
     )
     for axis in Axis:
         found = decision.legs.get(axis, ())

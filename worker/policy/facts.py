@@ -20,13 +20,16 @@ class TaskFacts:
     ``repo_private`` has no default: a caller that does not know must say True.
     ``network_cutoff`` is whether Baton can cut the agent's network at run time
     (the agent-runs work provides it; until then it is False, and a shell counts
-    as unrestricted egress). ``offline`` is the maintainer's ``--offline`` retry.
+    as unrestricted egress). ``offline`` is the maintainer's ``--offline`` retry. ``seccomp``
+    is whether the box filters the agent's system calls (no UNIX sockets, io_uring, ptrace...):
+    no leg depends on it today, but the decision says what it was made on.
     """
 
     agent: str
     repo_private: bool
     offline: bool = False
     network_cutoff: bool = False
+    seccomp: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, str):
@@ -43,4 +46,5 @@ class TaskFacts:
             "repo_private": self.repo_private,
             "offline": self.offline,
             "network_cutoff": self.network_cutoff,
+            "seccomp": self.seccomp,
         }

@@ -182,7 +182,7 @@ def run(request: RunRequest, *, stop: threading.Event | None = None) -> RunRecor
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     found = box.probe()
     facts = TaskFacts(agent=request.agent, repo_private=request.repo_private, offline=request.offline,
-                      network_cutoff=found.network_cutoff)  # fmt: skip
+                      network_cutoff=found.network_cutoff, seccomp=found.seccomp)  # fmt: skip
     decision = decide(request.policy, facts)
     digest = hashlib.sha256(decision.to_json()).hexdigest()
     record = RunRecord(request.run_id, request.agent, Outcome.DENIED, digest, decision.to_data(),

@@ -333,7 +333,6 @@ def _save(ctx: Context, task_id: str, record: Record) -> None:
 
 def _explain(ctx: Context, policy: Policy, plan: Plan, private: bool) -> str:
     """The gate's decision in words: the same inputs as the runner's, so the same decision."""
-    facts = TaskFacts(
-        agent=plan.agent, repo_private=private, offline=plan.offline, network_cutoff=ctx.network_cutoff
-    )
+    facts = TaskFacts(agent=plan.agent, repo_private=private, offline=plan.offline,
+                      network_cutoff=ctx.network_cutoff, seccomp=ctx.seccomp)  # fmt: skip
     return explain(decide(policy, facts))

@@ -105,6 +105,7 @@ def _facts(policy: Policy) -> st.SearchStrategy[TaskFacts]:
         repo_private=st.booleans(),
         offline=st.booleans(),
         network_cutoff=st.booleans(),
+        seccomp=st.booleans(),
     )
 
 
@@ -446,7 +447,13 @@ def test_decide_cannot_receive_the_untrusted_text() -> None:
     """decide() takes a Policy and TaskFacts only, and TaskFacts has no field for text."""
     assert list(inspect.signature(decide).parameters) == ["policy", "facts"]
     fields = {f.name: f.type for f in dataclasses.fields(TaskFacts)}
-    assert fields == {"agent": "str", "repo_private": "bool", "offline": "bool", "network_cutoff": "bool"}
+    assert fields == {
+        "agent": "str",
+        "repo_private": "bool",
+        "offline": "bool",
+        "network_cutoff": "bool",
+        "seccomp": "bool",
+    }
     assert not hasattr(TaskFacts("a", True), "__dict__")  # slots: nothing can be attached later
 
 
