@@ -117,6 +117,7 @@ class BoxSpec:
     max_file_bytes: int | None = 1024 * MiB
     max_processes: int | None = 1024
     memory_bytes: int | None = None
+    max_disk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.argv or any(not isinstance(a, str) or "\0" in a for a in self.argv):
@@ -136,10 +137,11 @@ class BoxSpec:
             )
         if self.timeout_s <= 0 or self.grace_s < 0 or self.max_output_bytes < 0:
             raise ValueError("timeout_s must be > 0, grace_s and max_output_bytes >= 0")
-        if any(
-            n is not None and n <= 0 for n in (self.max_file_bytes, self.max_processes, self.memory_bytes)
-        ):
-            raise ValueError("max_file_bytes, max_processes and memory_bytes must be positive or None")
+        limits = (self.max_file_bytes, self.max_processes, self.memory_bytes, self.max_disk_bytes)
+        if any(n is not None and n <= 0 for n in limits):
+            raise ValueError(
+                "max_file_bytes, max_processes, memory_bytes and max_disk_bytes must be positive or None"
+            )
         object.__setattr__(self, "argv", tuple(self.argv))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "ro_binds", tuple(Path(os.path.normpath(p)) for p in self.ro_binds))
