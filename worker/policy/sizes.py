@@ -66,6 +66,8 @@ def parse_size(value: object) -> int:
 
 def format_size(size: int) -> str:
     """The shortest exact spelling, so 4096MiB and 4GiB both print (and hash) as 4GiB."""
+    if size <= 0:
+        return str(size)
     for unit, scale in reversed(_UNITS.items()):
         if size % scale == 0:
             return f"{size // scale}{unit}"
@@ -73,10 +75,12 @@ def format_size(size: int) -> str:
 
 
 def _spelling(value: object) -> str:
-    """``value`` as the person wrote it, for a message."""
-    return repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else (
-        "null" if value is None else str(value)
-    )  # fmt: skip
+    """``value`` as the person wrote it, for a message (YAML's words for true and null)."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
 
 
 def _suggest(value: object) -> str:
