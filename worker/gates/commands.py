@@ -100,11 +100,13 @@ def run_gates(
     *,
     stop: threading.Event | None = None,
     search_path: str = box.SYSTEM_PATH,
+    max_disk_bytes: int | None = None,
 ) -> list[GateResult]:
     """One result per gate, in order. Raises ``InspectError`` if ``commit`` is not a commit of ``repo``.
 
     ``search_path`` is the gates' PATH inside the box; only what the box shows (``/usr`` and the
-    root's links into it) is there, nothing is bound in for it.
+    root's links into it) is there, nothing is bound in for it. ``max_disk_bytes``: what each
+    gate may write (workspace, HOME and /tmp together), the policy's ``limits.max_workspace_bytes``.
     """
     if stop is not None and stop.is_set():
         return [_not_run(gate) for gate in gates]
@@ -114,13 +116,15 @@ def run_gates(
         if stop is not None and stop.is_set():
             results.append(_not_run(gate))
         else:
-            results.append(_run_one(gate, archive, known, stop=stop, search_path=search_path))
+            results.append(_run_one(gate, archive, known, stop=stop, search_path=search_path,
+                                    max_disk_bytes=max_disk_bytes))  # fmt: skip
     return results
 
 
 def _run_one(
-    gate: Gate, archive: bytes, known: frozenset[str], *, stop: threading.Event | None, search_path: str
-) -> GateResult:
+    gate: Gate, archive: bytes, known: frozenset[str], *, stop: threading.Event | None, search_path: str,
+    max_disk_bytes: int | None,
+) -> GateResult:  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="baton-gate-") as tmp:
         workspace, home = Path(tmp) / "workspace", Path(tmp) / "home"
@@ -132,7 +136,8 @@ def _run_one(
             spec = box.BoxSpec(argv=_argv(gate), workspace=workspace, home=home,
                                env={**_ENV, "PATH": search_path}, network="none",
                                timeout_s=float(gate.timeout), grace_s=GRACE_S,
-                               max_output_bytes=MAX_OUTPUT_BYTES, memory_bytes=MEMORY_BYTES)  # fmt: skip
+                               max_output_bytes=MAX_OUTPUT_BYTES, memory_bytes=MEMORY_BYTES,
+                               max_disk_bytes=max_disk_bytes)  # fmt: skip
             result = box.run(spec, stop=stop)
         except (box.BoxError, tarfile.TarError, ValueError, OSError) as exc:
             return _result(gate, Outcome.ERROR, duration_s=time.monotonic() - started,

@@ -214,7 +214,9 @@ def _judge(
     gate_results: list[commands.GateResult] = []
     waiting = bool(policy.gates) and untrusted and approved is None
     if policy.gates and not waiting:
-        gate_results = commands.run_gates(mirror.path, head, policy.gates)
+        gate_results = commands.run_gates(
+            mirror.path, head, policy.gates, max_disk_bytes=policy.limits.max_workspace_bytes
+        )
     return verdicts.build(
         pr,
         policy,

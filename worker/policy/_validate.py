@@ -97,9 +97,12 @@ def validate(schema: Any, value: object, path: Path = ()) -> Iterator[Finding]:
         return
     where = show_path(path)
     expected = schema.get("type")
+    allowed = [expected] if isinstance(expected, str) else list(expected or ())
     actual = json_type(value)
-    if expected is not None and actual != expected and not (expected == "number" and actual == "integer"):
-        yield Finding(path, f"{where}: expected {_ARTICLE[expected]}, got {actual}{_hint(value, expected)}")
+    if allowed and actual not in allowed and not ("number" in allowed and actual == "integer"):
+        said = " or ".join(_ARTICLE[t] for t in allowed)
+        hint = _hint(value, allowed[0]) if len(allowed) == 1 else ""
+        yield Finding(path, f"{where}: expected {said}, got {actual}{hint}")
         return
     if "const" in schema and not _same(value, schema["const"]):
         yield Finding(

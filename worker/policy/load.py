@@ -6,7 +6,8 @@ Checks run in this order, and every failure names file:line:col:
    rest of the file cannot be trusted to mean what it says.
 2. The JSON Schema (schema.py) via _validate.py: unknown keys, types, enums,
    patterns, ranges. All findings are reported at once.
-3. What a schema cannot say: two gates with the same name; an agent ``env``
+3. What a schema cannot say: two gates with the same name; a size limit written with a
+   unit (``4GiB``) below its floor or above its ceiling (sizes.py); an agent ``env``
    naming one of Baton's own settings or a GitHub token (``reserved_env``); a
    ``model_endpoints`` host the model gateway does not serve, or an ``egress``
    host that is a model provider's (model traffic has one door, the gateway).
@@ -40,6 +41,8 @@ from worker.policy.model import (
     parse_duration,
 )
 from worker.policy.schema import ADAPTERS, RETIRED_ADAPTERS, SCHEMA
+from worker.policy.sizes import SIZE_LIMITS, parse_size
+from worker.policy.sizes import problem as size_problem
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ def parse(data: str | bytes, filename: str) -> PolicyDoc:
     except _yaml.YamlProblem as exc:
         raise PolicyError(INVALID, [Problem(filename, exc.line, exc.col, exc.message)]) from None
     doc = PolicyDoc(filename, {}, located.marks, located.key_marks)
-    problems = [doc.problem(f.path, _retired(located.value, f.path) or f.message, at_key=f.at_key)
+    problems = [doc.problem(f.path, _retired(located.value, f.path) or _size(located.value, f.path)
+                            or f.message, at_key=f.at_key)
                 for f in validate(SCHEMA, located.value)]  # fmt: skip
     if not problems and isinstance(located.value, dict):
         doc = PolicyDoc(filename, located.value, located.marks, located.key_marks)
@@ -94,6 +98,16 @@ def _retired(value: Any, path: Path) -> str | None:
         return None
     offered = ", ".join(ADAPTERS)
     return f"agents.{path[1]}.adapter: adapter {adapter!r} was removed: {why}; use one of: {offered}"
+
+
+def _size(value: Any, path: Path) -> str | None:
+    """The message for a size limit the schema refused, saying what to write (else None)."""
+    if len(path) != 2 or path[0] != "limits" or path[1] not in SIZE_LIMITS or not isinstance(value, dict):
+        return None
+    limits = value.get("limits")
+    if not isinstance(limits, dict) or path[1] not in limits:
+        return None
+    return size_problem(show_path(path), limits[path[1]], SIZE_LIMITS[str(path[1])])
 
 
 #: Variables that are never an agent's to have, whatever a policy says: GitHub's tokens.
@@ -136,6 +150,11 @@ def _semantic(doc: PolicyDoc) -> list[Problem]:
                     f"{show_path(where)}: {name} is Baton's own setting or a GitHub token, and an agent "
                     "never gets Baton's credentials; pass the agent a variable of its own "
                     "(e.g. ANTHROPIC_API_KEY)")))  # fmt: skip
+    for key, bounds in SIZE_LIMITS.items():  # a schema bounds 4294967296, not "4GiB"
+        limits = doc.data.get("limits", {})
+        found = size_problem(f"limits.{key}", limits[key], bounds) if key in limits else None
+        if found is not None:
+            problems.append(doc.problem(("limits", key), found))
     seen: dict[str, int] = {}
     for index, gate in enumerate(doc.data.get("gates", ())):
         first = seen.setdefault(gate["name"], index)
@@ -236,6 +255,7 @@ def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
     value = {key: int(data.get(key, getattr(base, key))) for key in REPO_LIMITS}
     spend = {key: _dollars(data.get(key, getattr(base, key))) for key in SPEND_LIMITS}
     installation = data.get("installation")
+    size = {key: parse_size(data.get(key, getattr(base, key))) for key in SIZE_LIMITS}
     return Limits(
         max_concurrent_runs=value["max_concurrent_runs"],
         max_diff_lines=value["max_diff_lines"],
@@ -244,6 +264,8 @@ def limits_from(data: Mapping[str, Any], base: Limits) -> Limits:
         installation=base.installation if installation is None else installation_from(installation),
         max_model_spend_per_run=spend["max_model_spend_per_run"],
         max_model_spend_per_day=spend["max_model_spend_per_day"],
+        max_agent_memory=size["max_agent_memory"],
+        max_workspace_bytes=size["max_workspace_bytes"],
     )
 
 

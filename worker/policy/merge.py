@@ -48,6 +48,7 @@ from worker.policy.model import (
     format_duration,
     parse_duration,
 )
+from worker.policy.sizes import SIZE_LIMITS, format_size, parse_size
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,17 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
             spend[key] = cap
         else:
             spend[key] = float(wanted)
+    size: dict[str, int] = {}
+    for key in SIZE_LIMITS:
+        top: int = getattr(ceiling, key)
+        size[key] = parse_size(d[key]) if key in d else top
+        if size[key] > top:
+            check.widen(
+                ("limits", key),
+                f"{format_size(size[key])} is above the org's {format_size(top)}; "
+                "a repository may only lower it",
+            )
+            size[key] = top
     if "installation" in d:
         check.widen(
             ("limits", "installation"),
@@ -282,4 +294,6 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
         installation=ceiling.installation,
         max_model_spend_per_run=spend["max_model_spend_per_run"],
         max_model_spend_per_day=spend["max_model_spend_per_day"],
+        max_agent_memory=size["max_agent_memory"],
+        max_workspace_bytes=size["max_workspace_bytes"],
     )

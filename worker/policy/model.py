@@ -19,6 +19,8 @@ from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
 
+from worker.policy.sizes import SIZE_LIMITS, format_size
+
 SCHEMA_VERSION = 1
 
 
@@ -131,7 +133,9 @@ class Limits:
 
     The model spend caps (US dollars, as the model gateway meters them) are ``None``,
     no cap, unless a file sets them; ``to_data`` writes them only when set, so a policy
-    that never set one keeps the bytes, and the digest, it had before they existed.
+    that never set one keeps the bytes, and the digest, it had before they existed. The
+    box's memory and disk sizes (bytes) always have a value, written only when not the
+    default for the same reason.
     """
 
     max_concurrent_runs: int = 2
@@ -141,12 +145,24 @@ class Limits:
     installation: InstallationLimits = field(default_factory=InstallationLimits)
     max_model_spend_per_run: float | None = None
     max_model_spend_per_day: float | None = None
+    #: Bytes of memory one agent run's box may use (all its processes together).
+    max_agent_memory: int = SIZE_LIMITS["max_agent_memory"].default
+    #: Bytes one agent run may write: its workspace, HOME and /tmp together.
+    max_workspace_bytes: int = SIZE_LIMITS["max_workspace_bytes"].default
 
     def spend_data(self) -> dict[str, float]:
         """The spend caps that are set, in the file's vocabulary."""
         caps = (("max_model_spend_per_run", self.max_model_spend_per_run),
                 ("max_model_spend_per_day", self.max_model_spend_per_day))  # fmt: skip
         return {name: value for name, value in caps if value is not None}
+
+    def size_data(self) -> dict[str, str]:
+        """The box's sizes that differ from Baton's defaults, spelt like ``4GiB``. Like the spend
+        caps, a policy that leaves them at the default keeps the bytes and digest it had before
+        they existed, so decisions recorded earlier still replay (a default is part of this
+        schema version: changing one would need it written out)."""
+        sizes = ((name, getattr(self, name)) for name in SIZE_LIMITS)
+        return {name: format_size(v) for name, v in sizes if v != SIZE_LIMITS[name].default}
 
 
 def _frozen_map(items: Mapping[str, object] | None) -> Mapping[str, object]:
@@ -204,6 +220,7 @@ class Policy:
                 "max_runs_per_day": self.limits.max_runs_per_day,
                 "max_agent_minutes_per_day": self.limits.max_agent_minutes_per_day,
                 **self.limits.spend_data(),
+                **self.limits.size_data(),
                 "installation": self.limits.installation.to_data(),
             },
         }

@@ -19,6 +19,8 @@ from typing import Any
 
 from baton.tasks import AGENT_NAME_PATTERN
 from worker.policy.model import SCHEMA_VERSION, Axis, Permission
+from worker.policy.sizes import PATTERN as _SIZE_PATTERN
+from worker.policy.sizes import SIZE_LIMITS, format_size
 
 _END = r"(?![\s\S])"
 
@@ -58,6 +60,22 @@ _RUNS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 1000000}
 _MINUTES_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 100000000}
 _SPEND = {"type": "number", "minimum": 0.01, "maximum": 1000000,
           "description": "US dollars of model calls, as Baton's model gateway meters them"}  # fmt: skip
+
+
+def _size(key: str, what: str) -> dict[str, Any]:
+    """A size: ``4GiB`` or a number of bytes. The bounds bind a number here and, for a string,
+    in load.py (a schema cannot compare ``4GiB`` with a number), from the same SIZE_LIMITS."""
+    bounds = SIZE_LIMITS[key]
+    return {
+        "type": ["integer", "string"],
+        "title": "size like 512MiB or 4GiB (binary units KiB, MiB, GiB, TiB), or a number of bytes",
+        "description": f"{what}; from {format_size(bounds.floor)} to {format_size(bounds.ceiling)}, "
+        f"default {format_size(bounds.default)}",
+        "pattern": f"^{_SIZE_PATTERN}{_END}",
+        "minimum": bounds.floor,
+        "maximum": bounds.ceiling,
+    }
+
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -152,6 +170,12 @@ SCHEMA: dict[str, Any] = {
                 "max_agent_minutes_per_day": _MINUTES_PER_DAY,
                 "max_model_spend_per_run": _SPEND,
                 "max_model_spend_per_day": _SPEND,
+                "max_agent_memory": _size(
+                    "max_agent_memory", "Memory of one agent run: all of its box's processes together"
+                ),
+                "max_workspace_bytes": _size(
+                    "max_workspace_bytes", "Disk of one agent run: its workspace, HOME and /tmp together"
+                ),
                 "installation": {
                     "type": "object",
                     "additionalProperties": False,

@@ -153,10 +153,8 @@ class BoxSpec:
             )
         if self.timeout_s <= 0 or self.grace_s < 0 or self.max_output_bytes < 0:
             raise ValueError("timeout_s must be > 0, grace_s and max_output_bytes >= 0")
-        if any(
-            n is not None and n <= 0
-            for n in (self.max_file_bytes, self.max_processes, self.memory_bytes, self.max_disk_bytes)
-        ):
+        limits = (self.max_file_bytes, self.max_processes, self.memory_bytes, self.max_disk_bytes)
+        if any(n is not None and n <= 0 for n in limits):
             raise ValueError(
                 "max_file_bytes, max_processes, memory_bytes and max_disk_bytes must be positive or None"
             )

@@ -316,6 +316,8 @@ def _run_boxed(
                     proxy_socket=proxy_socket if network_cutoff else None,
                     gateway_socket=gateway_socket if network_cutoff and has_model else None,
                     timeout_s=_timeout(request)[0],
+                    memory_bytes=request.policy.limits.max_agent_memory,
+                    max_disk_bytes=request.policy.limits.max_workspace_bytes,
                 ),
                 stop=_Either(stop, capped),
             )

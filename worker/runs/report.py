@@ -25,6 +25,8 @@ TRIFECTA_CHECK = "baton/trifecta"
 AGENT_CHECK = "baton/agent"
 #: The trailer that ties a commit to the task that made it: how a retried task finds its own push.
 TASK_TRAILER = "Baton-Task"
+#: What a status says of a run that ended before its box started.
+NEVER_STARTED = "No agent was started and no box was made; nothing was run or pushed."
 #: Last lines of the agent's output shown on the issue.
 TAIL_LINES = 15
 
@@ -81,13 +83,26 @@ def egress_summary(egress: Sequence[Mapping[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+#: What a box's own summary may hold to be shown as plain words (else it is quoted inert): no
+#: brackets, mention, issue reference, emphasis or HTML, and (below) nothing GitHub would autolink.
+_PLAIN = re.compile(r"[A-Za-z0-9 ;:,.()/+%=-]{1,300}")
+
+
 def box_summary(box: Mapping[str, Any] | None) -> str:
-    """Which protections were in force, and which were not (never claim one that was not)."""
+    """The box in one short sentence: its own ``summary`` (the box writes it, the full list of
+    protections stays in the run record and the receipt), or for a record made before the box
+    wrote one, a count and the protections that were not in force (never claim one that was not)."""
     if not box:
         return "no box was started"
-    on = sorted(k for k, v in box.items() if isinstance(v, Mapping) and v.get("in_force"))
-    off = sorted(k for k, v in box.items() if isinstance(v, Mapping) and not v.get("in_force"))
-    text = f"network {box.get('network', 'unknown')}; in force: {', '.join(on) or 'none'}"
+    said = box.get("summary")
+    if isinstance(said, str) and said.strip():
+        flat = " ".join(said.split())
+        linkish = "://" in flat or "www." in flat.lower()
+        return flat if _PLAIN.fullmatch(flat) and not linkish else inert(flat, 300)
+    held = {k: bool(v.get("in_force")) for k, v in box.items() if isinstance(v, Mapping)}
+    off = sorted(k.replace("_", " ") for k, on in held.items() if not on)
+    count = f"{sum(held.values())} of {len(held)} protections in force"
+    text = f"network {box.get('network', 'unknown')}; {count}"
     return text + (f"; not in force: {', '.join(off)}" if off else "")
 
 
@@ -131,8 +146,20 @@ def model_lines(record: Record) -> list[str]:
     return lines
 
 
+def started(record: Record) -> bool:
+    """Did the run get as far as its box? Only then are there an adapter, a box and an agent time."""
+    return bool(record.box)
+
+
 def run_lines(record: Record) -> list[str]:
-    """The run, one fact per line, for the status comment, the PR body and the agent check."""
+    """The run, one fact per line, for the status comment, the PR body and the agent check. A run
+    that ended before its box started has only what it got to: the agent's adapter if it was
+    found, the decision if the gate was asked (never "None" or an empty digest in their place)."""
+    if not started(record):
+        lines = [f"Adapter {inert(record.adapter)}"] if record.adapter else []
+        if record.decision_sha256:
+            lines.append(f"Decision `sha256:{record.decision_sha256[:16]}…`")
+        return lines
     diff = record.diff or {}
     adapter = f"{record.adapter} {record.adapter_version or '(version unknown)'}"
     lines = [
@@ -299,7 +326,8 @@ def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ())
             state,
             task_id,
             agent,
-            f"The run was stopped: {record.reason}. Nothing was pushed.",
+            f"The run was stopped: {record.reason}. "
+            + ("Nothing was pushed." if started(record) else NEVER_STARTED),
             details=run_lines(record),
         )
     if outcome is Outcome.DENIED:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from tests.worker.runner.conftest import git
 from worker.gates.commands import TAIL_CHARS, TAIL_LINES, GateResult, Outcome, run_gates
 from worker.github.limits import Annotation
 from worker.policy.model import Gate
+from worker.runner import box
 from worker.runner.inspect_git import InspectError
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
@@ -263,3 +265,17 @@ def test_the_command_is_run_as_written(repo: Path) -> None:
         gates(("dash", "-x 2>/dev/null || echo command"), ("both", "echo 1; echo 2 >&2; echo 3")),
     )
     assert [r.tail for r in results] == ["command", "1\n2\n3"]
+
+
+def test_a_gates_box_is_asked_for_the_policys_disk_limit(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[box.BoxSpec] = []
+    real = box.run
+
+    def recording(spec: box.BoxSpec, **kwargs: Any) -> box.BoxResult:
+        asked.append(spec)
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(box, "run", recording)  # watched at the gate's edge, then run for real
+    [result] = run_gates(repo, "HEAD", gates(("ok", "true")), max_disk_bytes=3 * 1024**3)
+    assert result.outcome is Outcome.PASSED
+    assert [(s.max_disk_bytes, s.memory_bytes) for s in asked] == [(3 * 1024**3, 4 * 1024**3)]

@@ -33,6 +33,7 @@ from worker.policy import (
 )
 from worker.policy.catalogue import INHERENT_TOOLS, tool_tags
 from worker.policy.model import InstallationLimits, format_duration, parse_duration
+from worker.policy.sizes import GiB, MiB, format_size, parse_size
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALL = frozenset(Axis)
@@ -88,6 +89,8 @@ policies = st.builds(
         max_diff_lines=st.integers(1, 5000),
         max_runs_per_day=st.integers(1, 100),
         max_agent_minutes_per_day=st.integers(1, 1000),
+        max_agent_memory=st.sampled_from([64 * MiB, GiB, 4 * GiB, 8 * GiB]),
+        max_workspace_bytes=st.sampled_from([16 * MiB, GiB, 10 * GiB]),
         installation=st.builds(
             InstallationLimits,
             max_concurrent_runs=st.none() | st.integers(1, 20),
@@ -178,13 +181,18 @@ def repo_files(draw: st.DrawFn, ceiling: Policy) -> RepoFile:
             for key in ("max_diff_lines", "max_runs_per_day", "max_agent_minutes_per_day")
             if draw(st.booleans())
         }
+        for key, floor in (("max_agent_memory", 64 * MiB), ("max_workspace_bytes", 16 * MiB)):
+            if draw(st.booleans()):  # spelt with a unit or in bytes, at most the ceiling's
+                size = draw(st.sampled_from([floor, getattr(ceiling.limits, key)]))
+                data["limits"][key] = draw(st.sampled_from([format_size(size), size]))
     without = _widen(draw, ceiling, data) if draw(st.booleans()) else None
     return RepoFile(data, without)
 
 
 def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> dict[str, Any]:
     """Add one widening attempt of a random kind to ``data``; return ``data`` as it was without it."""
-    kind = draw(st.sampled_from(["agent", "bot", "limit", "installation", "tag", "gate", *_AGENT_WIDENINGS]))
+    kind = draw(st.sampled_from(["agent", "bot", "limit", "size", "installation", "tag", "gate",
+                                 *_AGENT_WIDENINGS]))  # fmt: skip
     name = sorted(ceiling.agents)[0]
     entry = data.setdefault("agents", {}).setdefault(name, {})  # a bare entry inherits everything
     without = copy.deepcopy(data)
@@ -198,6 +206,9 @@ def _widen(draw: st.DrawFn, ceiling: Policy, data: dict[str, Any]) -> dict[str, 
     elif kind == "limit":
         data.setdefault("limits", {})["max_diff_lines"] = ceiling.limits.max_diff_lines + 1
         without.get("limits", {}).pop("max_diff_lines", None)
+    elif kind == "size":
+        data.setdefault("limits", {})["max_agent_memory"] = format_size(ceiling.limits.max_agent_memory + GiB)
+        without.get("limits", {}).pop("max_agent_memory", None)
     elif kind == "installation":
         data.setdefault("limits", {})["installation"] = {"max_runs_per_day": 1}  # lower, still refused
     elif kind == "tag":
@@ -280,6 +291,8 @@ def test_effective_policy_never_exceeds_the_ceiling(data: st.DataObject) -> None
     assert eff.limits.max_diff_lines <= ceiling.limits.max_diff_lines
     assert eff.limits.max_runs_per_day <= ceiling.limits.max_runs_per_day
     assert eff.limits.max_agent_minutes_per_day <= ceiling.limits.max_agent_minutes_per_day
+    assert eff.limits.max_agent_memory <= ceiling.limits.max_agent_memory
+    assert eff.limits.max_workspace_bytes <= ceiling.limits.max_workspace_bytes
     assert eff.limits.installation == ceiling.limits.installation
 
 
@@ -307,8 +320,9 @@ def test_effective_policy_never_exceeds_what_the_repo_validly_asked(data: st.Dat
     assert set(eff.protected_paths) >= set(asked.get("paths", {}).get("protected", ()))
     _gates_within_ask(eff.gates, ceiling.gates, asked.get("gates", ()))
     for key, value in asked.get("limits", {}).items():
-        if key != "installation" and value <= getattr(ceiling.limits, key):
-            assert getattr(eff.limits, key) <= value
+        wanted = parse_size(value) if key in ("max_agent_memory", "max_workspace_bytes") else value
+        if key != "installation" and wanted <= getattr(ceiling.limits, key):
+            assert getattr(eff.limits, key) <= wanted
 
 
 def _agent_within_ask(agent: Agent, base: Agent, entry: dict[str, Any]) -> None:

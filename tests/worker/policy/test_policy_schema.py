@@ -62,6 +62,7 @@ VALID = [
     "version: 1\nlimits: {max_runs_per_day: 1, max_agent_minutes_per_day: 600, installation: {}}\n",
     "version: 1\nlimits:\n  installation: {max_concurrent_runs: 4096, max_runs_per_day: 9,\n"
     "                 max_agent_minutes_per_day: 1}\n",
+    "version: 1\nlimits: {max_agent_memory: 512MiB, max_workspace_bytes: 10737418240}\n",
 ]
 INVALID = [
     "version: 2\n",
@@ -87,6 +88,10 @@ INVALID = [
     "version: 1\nlimits: {installation: {max_concurrent_runs: 4097}}\n",
     "version: 1\nlimits: {installation: {max_diff_lines: 5}}\n",
     "version: 1\nlimits: {installation: []}\n",
+    "version: 1\nlimits: {max_agent_memory: 4GB}\n",
+    "version: 1\nlimits: {max_agent_memory: 1.5}\n",
+    "version: 1\nlimits: {max_agent_memory: 1000}\n",
+    "version: 1\nlimits: {max_workspace_bytes: [10GiB]}\n",
 ]
 
 
@@ -221,6 +226,10 @@ _DOC = st.fixed_dictionaries(
                     "max_diff_lines": _maybe(st.integers(0, 2_000_000)),
                     "max_runs_per_day": _maybe(st.integers(0, 2_000_000)),
                     "max_agent_minutes_per_day": _maybe(st.integers(0, 200_000_000)),
+                    "max_agent_memory": _maybe(
+                        st.sampled_from(["4GiB", "4GB", "0MiB", "1.5GiB", 4 * 2**30, 2**20, 2**41, 2.0**32])
+                    ),
+                    "max_workspace_bytes": _maybe(st.sampled_from(["10GiB", "16MiB", "10", 10 * 2**30])),
                     "installation": _maybe(
                         st.fixed_dictionaries(
                             {},

@@ -18,6 +18,7 @@ import pytest
 
 from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse
+from worker.runner import box
 from worker.runner import inspect as ins
 from worker.runner import run as runner
 
@@ -195,3 +196,25 @@ def test_a_run_stops_when_the_days_agent_minutes_run_out(repo: Path, policy: Pol
     assert record.commit is None
     longer = runner.run(request(repo, policy, WRITE_HELLO, max_seconds=3600))  # the agent's 60 s stands
     assert longer.outcome == "done", longer.reason
+
+
+def test_the_box_gets_the_effective_memory_and_disk_limits(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The org's sizes, narrowed by the repository's file, are what the agent's box is asked for."""
+    org = org_policy(parse(ORG + "limits: {max_agent_memory: 2GiB, max_workspace_bytes: 8GiB}\n", "org.yml"))
+    narrowed = merge(org, parse("version: 1\nlimits: {max_workspace_bytes: 3GiB}\n", "r.yml")).policy
+    asked: list[box.BoxSpec] = []
+    real = box.run
+
+    def recording(spec: box.BoxSpec, **kwargs: Any) -> box.BoxResult:
+        if spec.workspace.parent.name.startswith("baton-run-"):  # the agent's box, not the host probe's
+            asked.append(spec)
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(box, "run", recording)  # watched at the runner's edge, then run for real
+    record = runner.run(request(repo, narrowed, WRITE_HELLO))
+    assert record.outcome == "done", record.reason
+    assert [(s.memory_bytes, s.max_disk_bytes) for s in asked] == [(2 * 1024**3, 3 * 1024**3)]
+    memory = (record.box or {})["memory_limit"]
+    assert memory["detail"] != "no memory limit was asked for"  # in force, or why not, on the record

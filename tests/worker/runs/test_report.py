@@ -6,6 +6,7 @@ import dataclasses
 
 import redis
 
+from worker import receipts
 from worker.runs import cancel, report
 from worker.runs.record import Record
 
@@ -65,3 +66,65 @@ def test_a_receipt_on_the_issue_is_whole_or_absent_never_cut() -> None:
     assert "x" * 100 not in shown
     assert RECEIPT_TOO_LARGE in shown
     assert shown.rstrip().endswith("state `failed`</sub>")
+
+
+#: A box report as records made before the box wrote its own summary hold it (three of 17 not in force).
+_OLD_BOX = {
+    **{name: {"in_force": True, "detail": "…"} for name in (
+        "pid_namespace", "ipc_namespace", "uts_namespace", "user_namespace", "net_namespace",
+        "cgroup_namespace", "mount_namespace", "die_with_parent", "new_session", "capabilities_dropped",
+        "no_new_privileges", "non_root_uid", "read_only_system", "file_size_limit")},
+    **{name: {"in_force": False, "detail": "not in force: …"}
+       for name in ("process_limit", "memory_limit", "seccomp")},
+    "network": "loopback only + proxy",
+    "writable": ["/workspace", "/home/agent", "/tmp"],
+}  # fmt: skip
+
+
+def _box_line(box: dict[str, object]) -> str:
+    record = Record.from_data({"agent": "script", "outcome": "no-changes", "adapter": "script", "box": box})
+    [line] = [line for line in report.run_lines(record) if line.startswith("Box: ")]
+    return line
+
+
+def test_the_status_shows_the_boxs_own_one_sentence_summary() -> None:
+    said = "network: only the model gateway; memory 4 GiB (cgroup); processes 512; disk 10 GiB; seccomp on"
+    assert _box_line({**_OLD_BOX, "summary": said}) == f"Box: {said}"
+
+
+def test_a_record_without_a_summary_counts_the_protections_and_names_only_those_not_in_force() -> None:
+    assert _box_line(_OLD_BOX) == (
+        "Box: network loopback only + proxy; 14 of 17 protections in force; "
+        "not in force: memory limit, process limit, seccomp"
+    )
+
+
+def test_a_summary_with_markup_is_shown_inert() -> None:
+    line = _box_line({**_OLD_BOX, "summary": "memory [4 GiB](https://x.example) @everyone\n- seccomp on"})
+    assert line == "Box: `memory [4 GiB](https://x.example) @everyone - seccomp on`"
+    assert _box_line({**_OLD_BOX, "summary": "see https://x.example"}) == "Box: `see https://x.example`"
+
+
+def test_a_run_that_ended_before_its_box_started_says_only_what_it_got_to() -> None:
+    """The gate was asked and the adapter found, then a cancel came: no version, box or time is made up."""
+    record = Record.from_data({"agent": "script", "outcome": "cancelled", "reason": "`maria` cancelled it",
+                               "decision_sha256": "ab" * 32, "adapter": "script"})  # fmt: skip
+    status = report.ended("t-1", "script", record)
+    assert status.summary == (
+        "The run was stopped: `maria` cancelled it. "
+        "No agent was started and no box was made; nothing was run or pushed."
+    )
+    assert list(status.details) == ["Adapter `script`", f"Decision `sha256:{'ab' * 8}…`"]
+
+
+def test_the_receipt_keeps_the_whole_box_report_beside_its_summary() -> None:
+    """The comment says one sentence; the signed ``baton/agent`` predicate keeps every protection."""
+    box = {**_OLD_BOX, "summary": "network: only the model gateway; seccomp on"}
+    record = Record.from_data({"agent": "script", "outcome": "done", "box": box})
+    predicate = receipts.agent_run(task_id="t-1", full_name="o/r", number=1, base="a" * 40,
+                                   diff_digest="b" * 64, record=record)  # fmt: skip
+    held = predicate["box"]
+    assert isinstance(held, dict)
+    assert held["summary"] == box["summary"]
+    assert held["memoryLimit"] == {"inForce": False, "detail": "not in force: …"}
+    assert len([v for v in held.values() if isinstance(v, dict)]) == 17

@@ -251,7 +251,12 @@ def test_closing_the_issue_cancels_a_queued_run_before_it_starts(stage: Stage) -
     closed = stage.admin.close_issue(world.REPO, number, sender="maria")["deliveries"][-1]
     assert stage.run(closed)["state"] == "done"
     assert stage.run_agent(task_id)["state"] == "cancelled"
-    assert "closing the issue" in _status(stage, number)
+    status = _status(stage, number)
+    assert "closing the issue" in status
+    assert "No agent was started and no box was made; nothing was run or pushed." in status
+    # Nothing ran, so there is no adapter, decision, box or time to speak of, and none is made up.
+    for said in ("None", "version unknown", "Decision `sha256:…`", "Agent time unknown", "Box:"):
+        assert said not in status, status
     assert _branch(stage, number) is None
 
 
