@@ -18,6 +18,7 @@ import pytest
 
 from tests.worker.runner.test_proxy import dial, entry, eventually, read_all, read_head
 from tests.worker.runner.tls import TlsOrigin, records, tls_origin
+from worker.runner import box
 from worker.runner.proxy import EgressProxy
 
 ALLOWED = "allowed.example"
@@ -189,3 +190,43 @@ def test_a_connect_to_the_gateway_still_carries_plain_http(sock_path: Path) -> N
     finally:
         thread.join(5)
         server.close()
+
+
+#: An agent in the box: a tunnel to allowed.example, then a TLS handshake for the name it is given.
+FRONTING = """import socket, ssl, sys
+for name in sys.argv[1:]:
+    sock = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    sock.sendall(b"CONNECT allowed.example:443 HTTP/1.1\\r\\n\\r\\n")
+    head = b""
+    while not head.endswith(b"\\r\\n\\r\\n"):
+        head += sock.recv(1)
+    context = ssl.create_default_context(cafile="/workspace/cert.pem")
+    context.check_hostname = False
+    try:
+        with context.wrap_socket(sock, server_hostname=name) as tls:
+            tls.sendall(b"hello\\n")
+            print(name, tls.recv(100).decode().strip())
+    except ssl.SSLError as exc:
+        print(name, "refused", exc.reason)
+"""
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+def test_an_agent_in_the_box_cannot_front_another_name(
+    sock_path: Path, origin: TlsOrigin, dirs: tuple[Path, Path]
+) -> None:
+    """The box's own way out (its forwarder to the proxy's socket), an agent's own TLS client."""
+    (dirs[0] / "cert.pem").write_bytes(origin.cert.read_bytes())
+    (dirs[0] / "front.py").write_text(FRONTING)
+    argv = ["/usr/bin/python3", "-I", "/workspace/front.py", ALLOWED, "other.example"]
+    with proxy(sock_path, origin) as running:
+        done = box.run(box.BoxSpec(argv=argv, workspace=dirs[0], home=dirs[1], network="proxy",
+                                   proxy_socket=sock_path, timeout_s=60))  # fmt: skip
+        log = running.log.to_data()
+    assert done.stdout.decode().splitlines() == [
+        "allowed.example echo: hello", "other.example refused TLSV1_ALERT_ACCESS_DENIED"
+    ], done.stderr  # fmt: skip
+    assert origin.names == [ALLOWED]
+    assert [(e["host"], e["allowed"], e["reasons"], e.get("sni")) for e in log] == [
+        (ALLOWED, False, {"sni-mismatch": 1}, {"other.example": 1}), (ALLOWED, True, {}, None)
+    ]  # fmt: skip
