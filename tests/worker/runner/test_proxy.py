@@ -24,7 +24,7 @@ import pytest
 from baton.redis_server import free_port
 from tests.worker.runner.tls import client_hello
 from worker.runner.proxy import NO_HOST, OTHER_HOSTS, EgressProxy
-from worker.runner.proxy_log import MAX_KEYS, EgressLog
+from worker.runner.proxy_log import MAX_KEYS, MAX_NAMES, OTHER_NAMES, EgressLog
 from worker.runner.proxy_rules import is_dns_name
 
 MODEL = "api.anthropic.com"
@@ -450,6 +450,17 @@ def test_the_log_stays_bounded_whatever_hosts_the_agent_asks_for() -> None:
     short = EgressLog()
     short.record("x" * 10_000, 443, allowed=False)
     assert len(short.to_data()[0]["host"]) == 253
+
+
+def test_the_tls_names_a_refused_host_was_asked_under_stay_bounded() -> None:
+    log = EgressLog()
+    for i in range(MAX_NAMES + 5):
+        log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni=f"n{i}.example")
+    log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni="n0.example")
+    log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni="x" * 10_000)
+    names = log.to_data()[0]["sni"]
+    assert len(names) == MAX_NAMES + 1
+    assert (names["n0.example"], names[OTHER_NAMES]) == (2, 6)
 
 
 # -- bounds and lifecycle -------------------------------------------------------------------------------
