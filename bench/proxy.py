@@ -1,9 +1,11 @@
-"""Egress proxy: throughput through CONNECT, and the latency it adds per request.
+"""Egress proxy: throughput through CONNECT, and the latency it adds per request and per tunnel.
 
 Three processes, as in a run: the proxy as Baton runs it (a thread in this process), an
 origin (blocking sockets, a thread per connection) and a client standing in for the agent
 in its box. Every figure is measured both through the proxy (UNIX socket, routed hosts)
-and directly against the origin, by the same client.
+and directly against the origin, by the same client. Each stream opens with a real TLS
+ClientHello for its host (the proxy checks its name before it connects the tunnel); the origin
+skips that record and then speaks plain bytes, so the figures are the proxy's, not TLS's.
 
     .venv/bin/python bench/proxy.py [--mib 512] [--requests 2000] [--repeat 3]
 """
@@ -11,9 +13,11 @@ and directly against the origin, by the same client.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -37,12 +41,32 @@ _HTTP_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\
 )
 
 
+def client_hello(host: str) -> bytes:
+    """The first flight of Python's own TLS client for ``host``: what an agent's tunnel starts with."""
+    context = ssl.create_default_context()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname=host)
+    with contextlib.suppress(ssl.SSLWantReadError):  # it waits for the server's answer: enough
+        tls.do_handshake()
+    return outgoing.read()
+
+
 # -- the origin (a child process) -------------------------------------------------------------------
 
 
+def _skip_record(conn: socket.socket) -> None:
+    """Read and drop the client's TLS record (its ClientHello)."""
+    header = b""
+    while len(header) < 5 and (chunk := conn.recv(5 - len(header))):
+        header += chunk
+    left = int.from_bytes(header[3:5], "big") if len(header) == 5 else 0
+    while left > 0 and (chunk := conn.recv(left)):
+        left -= len(chunk)
+
+
 def _origin_stream(conn: socket.socket) -> None:
-    """One line (`SEND n`, `RECV n` or `ECHO`), then bytes."""
+    """A ClientHello, one line (`SEND n`, `RECV n` or `ECHO`), then bytes."""
     with conn:
+        _skip_record(conn)
         line = b""
         while not line.endswith(b"\n") and (byte := conn.recv(1)):
             line += byte
@@ -104,18 +128,32 @@ def _read_head(sock: socket.socket) -> bytes:
     return rest
 
 
+_HELLO = client_hello(STREAM_HOST)
+
+
 def _stream(proxy: Path | None, port: int) -> socket.socket:
-    """A byte stream to the origin's stream port: a tunnel through the proxy, or direct TCP."""
+    """A byte stream to the origin's stream port, its ClientHello sent: a tunnel, or direct TCP."""
     if proxy is None:
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(str(proxy))
-    sock.sendall(f"CONNECT {STREAM_HOST}:443 HTTP/1.1\r\nHost: {STREAM_HOST}:443\r\n\r\n".encode())
-    if _read_head(sock):
-        raise ConnectionError("unexpected bytes after the 200")
+    else:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(proxy))
+        sock.sendall(f"CONNECT {STREAM_HOST}:443 HTTP/1.1\r\nHost: {STREAM_HOST}:443\r\n\r\n".encode())
+        if _read_head(sock):
+            raise ConnectionError("unexpected bytes after the 200")
+    sock.sendall(_HELLO)
     return sock
+
+
+def tunnel_setup(proxy: Path | None, port: int) -> float:
+    """Seconds from a new connection to the first byte back after the ClientHello."""
+    started = time.perf_counter()
+    with _stream(proxy, port) as sock:
+        sock.sendall(b"ECHO\nx")
+        if sock.recv(1) != b"x":
+            raise ConnectionError("no echo")
+    return time.perf_counter() - started
 
 
 def download(proxy: Path | None, port: int, size: int) -> float:
@@ -196,6 +234,13 @@ def client_main(path: Path, ports: dict[str, int], size: int, requests: int, rep
     direct = round_trips(None, ports["stream"], requests)
     proxied = round_trips(path, ports["stream"], requests)
     figures["round_trip"] = _latency("round trip in an open tunnel (64 B)", direct, proxied)
+    for _ in range(100):  # warm-up
+        tunnel_setup(None, ports["stream"]), tunnel_setup(path, ports["stream"])
+    direct, proxied = [], []
+    for _ in range(requests):
+        direct.append(tunnel_setup(None, ports["stream"]))
+        proxied.append(tunnel_setup(path, ports["stream"]))
+    figures["tunnel"] = _latency("tunnel set-up to first byte (CONNECT, ClientHello)", direct, proxied)
     for _ in range(100):  # warm-up
         get(None, ports["http"]), get(path, ports["http"])
     direct, proxied = [], []

@@ -4,13 +4,16 @@ The box has loopback and nothing else, not even DNS; a forwarder inside it turns
 loopback TCP into this UNIX socket, which is bound into the box. So every
 decision is made out of the agent's reach: names are judged by
 ``proxy_rules``, resolved and connected to here, and every request lands in
-the run's egress log (``proxy_log``).
+the run's egress log (``proxy_log``). A CONNECT tunnel must open with a TLS
+ClientHello for the very host it was allowed for (``tls_hello``); the origin is
+connected to only once it did, so a refused tunnel never reaches it.
 
 It is an asyncio server on its own event loop in a background thread, because
 the runner around it is synchronous (``with EgressProxy(...) as proxy:`` around
 a box run). Everything it holds is bounded: the request head, the time to
-send it, the connect to an origin, a tunnel's silence, the number of
-connections; nothing escapes the thread (errors go to the ``baton.proxy`` log).
+send it, a tunnel's ClientHello and the time to send it, the connect to an
+origin, a tunnel's silence, the number of connections; nothing escapes the
+thread (errors go to the ``baton.proxy`` log).
 """
 
 from __future__ import annotations
@@ -27,9 +30,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from worker.runner import tls_hello
 from worker.runner.proxy_log import NO_HOST, OTHER_HOSTS, EgressEntry, EgressLog
 from worker.runner.proxy_relay import IdleWatch, forward_body, pump, relay
-from worker.runner.proxy_rules import STATUS, UNREACHABLE, Head, Policy, Reason, Route, is_public, parse_head
+from worker.runner.proxy_rules import (
+    STATUS,
+    UNREACHABLE,
+    Head,
+    Policy,
+    Reason,
+    Route,
+    is_public,
+    judge_hello,
+    parse_head,
+    shown_name,
+)
 from worker.runner.unix_socket import OwnedSocket
 
 __all__ = ["NO_HOST", "OTHER_HOSTS", "EgressLog", "EgressProxy", "Reason"]
@@ -46,18 +61,33 @@ _BUFFER = 256 * 1024
 _CLOSE_TIMEOUT = 5.0
 _ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_Address = tuple[str, int]
+
+
+def _alert(description: int) -> bytes:
+    """A fatal TLS alert record (RFC 8446 §6): what a TLS client understands in place of a ServerHello."""
+    return bytes([21, 3, 3, 0, 2, 2, description])
+
+
+#: A refused ClientHello: access_denied, so the client's error says it was refused, not that it broke.
+_ACCESS_DENIED = _alert(49)
+#: The ClientHello was fine but the origin could not be reached (the 200 was already sent).
+_INTERNAL_ERROR = _alert(80)
 
 
 class EgressProxy:
     """An HTTP proxy on a UNIX socket that lets a box reach exactly the hosts in ``allow``.
 
     ``allow``: host names (case and a trailing dot do not matter); each may be reached on
-    ports 80 and 443, by CONNECT or by an absolute-form ``http://`` request. ``routes``:
+    ports 80 and 443, by CONNECT or by an absolute-form ``http://`` request; a CONNECT tunnel
+    must open with a TLS ClientHello naming its host (``sni-missing``, ``sni-mismatch``,
+    ``not-tls``, …; the egress log keeps the name seen). ``routes``:
     host → (IP, port) used instead of DNS and the port rule; a routed host must also be
     in ``allow``. ``model_hosts`` are refused whatever ``allow`` says (``model-host``);
     ``gateway`` is the model gateway's address in the box and its socket outside: a
     request for that address is handed to the gateway (a CLI that ignores ``NO_PROXY``
-    sends its model calls here), which journals it, so the egress log does not. One
+    sends its model calls here), which journals it, so the egress log does not; a CONNECT
+    to it carries plain HTTP and is not checked for TLS. One
     proxy serves one run; ``log`` is that run's egress log.
     """
 
@@ -229,6 +259,9 @@ class EgressProxy:
         if isinstance(route, Reason):
             await self._refuse(writer, head.host, head.port, route)
             return
+        if head.connect and route.unix is None:
+            await self._tunnel(head, route, (reader, writer))
+            return
         opened = await self._open(route)
         if isinstance(opened, Reason):
             await self._refuse(writer, head.host, head.port, opened)
@@ -241,15 +274,99 @@ class EgressProxy:
             log.debug(
                 "egress proxy: %s %s:%d", "CONNECT" if head.connect else head.method, head.host, head.port
             )
+            if head.connect:
+                writer.write(_ESTABLISHED)
             await self._exchange(head, entry, (reader, writer), (origin_reader, origin_writer))
         finally:
             await self._close(origin_writer)
 
-    async def _exchange(self, head: Head, entry: EgressEntry, client: _Streams, origin: _Streams) -> None:
-        """Tunnel bytes both ways (CONNECT), or send the request and stream the answer back."""
+    async def _tunnel(self, head: Head, route: Route, client: _Streams) -> None:
+        """CONNECT: resolve, answer 200, judge the ClientHello, and only then connect to the origin.
+
+        Resolving first keeps the refusals a client can read as HTTP (``dns-failed``,
+        ``non-public-address``) before the 200; connecting last means a refused tunnel never
+        reaches the origin, not even as an empty TCP connection, and holds none open while a
+        slow client sends its hello. The price: an origin that does not answer is, after the 200,
+        a TLS alert and a closed tunnel rather than a 502 (the egress log has the reason).
+        """
+        reader, writer = client
+        loop = asyncio.get_running_loop()
+        addresses = await self._resolve(route, loop.time() + self._connect_timeout)
+        if isinstance(addresses, Reason):
+            await self._refuse(writer, head.host, head.port, addresses)
+            return
+        writer.write(_ESTABLISHED)
+        first, found = await self._client_hello(reader)
+        refused = found if isinstance(found, Reason) else judge_hello(head.host, found)
+        if refused is not None:
+            seen = None if isinstance(found, Reason) else shown_name(found)
+            await self._refuse_tunnel(writer, head, refused, seen)
+            return
+        opened = await self._connect(route, addresses, loop.time() + self._connect_timeout)
+        if isinstance(opened, Reason):
+            self._log.record(head.host, head.port, allowed=True, reason=opened)
+            log.info("egress proxy: CONNECT %s:%d failed after its 200 (%s)", head.host, head.port, opened)
+            await self._send(writer, _INTERNAL_ERROR)
+            return
+        origin_reader, origin_writer = opened
+        try:
+            entry = self._log.record(head.host, head.port, allowed=True)
+            log.debug("egress proxy: CONNECT %s:%d", head.host, head.port)
+            await self._exchange(head, entry, client, (origin_reader, origin_writer), first=first)
+        finally:
+            await self._close(origin_writer)
+
+    async def _client_hello(
+        self, reader: asyncio.StreamReader
+    ) -> tuple[bytes, tls_hello.Hello | tls_hello.Problem | Reason]:
+        """The tunnel's first bytes, read until they are judged: at most ``tls_hello.MAX_BYTES``,
+        within the head timeout; what was read is forwarded as is once the hello passed."""
+        data = bytearray()
+        need = 1
+        try:
+            async with asyncio.timeout(self._head_timeout):
+                while True:  # each turn reads at least a byte, and parse() decides by MAX_BYTES
+                    chunk = await reader.read(tls_hello.MAX_BYTES - len(data))
+                    if not chunk:
+                        return bytes(data), Reason.CLIENT_HELLO_INCOMPLETE
+                    data += chunk
+                    if len(data) < need:
+                        continue
+                    found = tls_hello.parse(bytes(data))
+                    if isinstance(found, tls_hello.NeedMore):
+                        need = found.total
+                        continue
+                    return bytes(data), found
+        except TimeoutError:
+            return bytes(data), Reason.CLIENT_HELLO_TIMEOUT
+
+    async def _refuse_tunnel(self, writer: asyncio.StreamWriter, head: Head, reason: Reason,
+                             seen: str | None) -> None:  # fmt: skip
+        """Close a tunnel whose first bytes did not pass, logging the name the hello carried.
+
+        A client that speaks HTTP in the tunnel reads an HTTP refusal, a TLS client an alert;
+        one that sent too little or too slowly gets nothing but the close.
+        """
+        self._log.record(head.host, head.port, allowed=False, reason=reason, sni=seen)
+        log.info(
+            "egress proxy: CONNECT %s:%d refused (%s), TLS server name %s",
+            head.host, head.port, reason, "none" if seen is None else repr(seen),
+        )  # fmt: skip
+        if reason is Reason.NOT_TLS:
+            await self._send(writer, self._answer(head.host, head.port, reason))
+        elif reason not in (Reason.CLIENT_HELLO_TIMEOUT, Reason.CLIENT_HELLO_INCOMPLETE):
+            await self._send(writer, _ACCESS_DENIED)
+
+    async def _exchange(
+        self, head: Head, entry: EgressEntry, client: _Streams, origin: _Streams, *, first: bytes = b""
+    ) -> None:
+        """Tunnel bytes both ways (CONNECT, after the ``first`` ones already read), or send the
+        request and stream the answer back."""
         idle = IdleWatch(asyncio.get_running_loop(), self._idle_timeout)
         if head.connect:
-            client[1].write(_ESTABLISHED)
+            if first:
+                entry.up(len(first))
+                origin[1].write(first)
             up = pump(client[0], origin[1], entry.up, idle)
             down = pump(origin[0], client[1], entry.down, idle)
         else:
@@ -273,6 +390,14 @@ class EgressProxy:
             except (OSError, TimeoutError) as exc:
                 log.warning("egress proxy: the model gateway's socket did not answer: %r", exc)
                 return Reason.CONNECT_FAILED
+        addresses = await self._resolve(route, deadline)
+        if isinstance(addresses, Reason):
+            return addresses
+        return await self._connect(route, addresses, deadline)
+
+    async def _resolve(self, route: Route, deadline: float) -> list[_Address] | Reason:
+        """The route's fixed address, or the public addresses its name resolves to."""
+        loop = asyncio.get_running_loop()
         if route.address is not None:
             addresses = [route.address]
         else:
@@ -289,6 +414,9 @@ class EgressProxy:
                     "egress proxy: %r resolves only to non-public addresses %s", route.host, list(found)
                 )
                 return Reason.NON_PUBLIC_ADDRESS
+        return addresses
+
+    async def _connect(self, route: Route, addresses: list[_Address], deadline: float) -> _Streams | Reason:
         for ip, port in addresses:
             try:
                 async with asyncio.timeout_at(deadline):
@@ -302,6 +430,10 @@ class EgressProxy:
     async def _refuse(self, writer: asyncio.StreamWriter, host: str, port: int, reason: Reason) -> None:
         """Answer with the status for ``reason``, naming the host, and log the request once."""
         self._log.record(host, port, allowed=reason in UNREACHABLE, reason=reason)
+        await self._send(writer, self._answer(host, port, reason))
+
+    @staticmethod
+    def _answer(host: str, port: int, reason: Reason) -> bytes:
         status, phrase = STATUS[reason]
         if host == NO_HOST:
             text = f"{status} {phrase}: {reason}\n"
@@ -309,11 +441,15 @@ class EgressProxy:
             log.info("egress proxy: %s:%d answered %d (%s)", host, port, status, reason)
             text = f"{status} {phrase}: {host}:{port} ({reason})\n"
         body = text.encode()
-        writer.write(
+        return (
             f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
         with contextlib.suppress(OSError, TimeoutError):
             async with asyncio.timeout(_CLOSE_TIMEOUT):
                 await writer.drain()

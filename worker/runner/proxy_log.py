@@ -20,18 +20,28 @@ OTHER_HOSTS = "(other hosts)"
 MAX_KEYS = 1024
 #: Longest host kept verbatim in a key (a refused "host" can be any 16 KiB of printable text).
 MAX_HOST_CHARS = 253
+#: Distinct TLS server names kept per key (a refused tunnel's name is the agent's choice too).
+MAX_NAMES = 8
+#: The key for every TLS server name past ``MAX_NAMES`` in one entry.
+OTHER_NAMES = "(other names)"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_HOST_CHARS else text[: MAX_HOST_CHARS - 1] + "…"
 
 
 class EgressEntry:
     """The counters of one (host, port, allowed) key; the relay adds bytes as they pass."""
 
-    __slots__ = ("bytes_down", "bytes_up", "connections", "reasons")
+    __slots__ = ("bytes_down", "bytes_up", "connections", "reasons", "sni")
 
     def __init__(self) -> None:
         self.connections = 0
         self.bytes_up = 0
         self.bytes_down = 0
         self.reasons: Counter[str] = Counter()
+        #: The TLS server names seen in tunnels refused for their ClientHello.
+        self.sni: Counter[str] = Counter()
 
     def up(self, n: int) -> None:
         self.bytes_up += n
@@ -41,17 +51,18 @@ class EgressEntry:
 
 
 class EgressLog:
-    """Per (host, port, allowed): connections, bytes up and down, and why requests failed."""
+    """Per (host, port, allowed): connections, bytes up and down, why requests failed, and the TLS
+    server names of the tunnels refused for them (``sni``, only when there were any)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, int, bool], EgressEntry] = {}
 
-    def record(self, host: str, port: int, *, allowed: bool, reason: str | None = None) -> EgressEntry:
+    def record(
+        self, host: str, port: int, *, allowed: bool, reason: str | None = None, sni: str | None = None
+    ) -> EgressEntry:
         """Count one request under its key (each request is recorded exactly once)."""
-        if len(host) > MAX_HOST_CHARS:
-            host = host[: MAX_HOST_CHARS - 1] + "…"
-        key = (host, port, allowed)
+        key = (_cut(host), port, allowed)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None and len(self._entries) >= MAX_KEYS:
@@ -62,14 +73,20 @@ class EgressLog:
             entry.connections += 1
             if reason is not None:
                 entry.reasons[str(reason)] += 1  # a plain str, not the enum
+            if sni is not None:
+                name = _cut(sni)
+                if name not in entry.sni and len(entry.sni) >= MAX_NAMES:
+                    name = OTHER_NAMES
+                entry.sni[name] += 1
         return entry
 
     def to_data(self) -> list[dict[str, Any]]:
         """Plain, sorted data: by host, then port, then refused before allowed."""
         with self._lock:
             items = sorted(self._entries.items())
-            return [
-                {
+            data: list[dict[str, Any]] = []
+            for (host, port, allowed), entry in items:
+                one = {
                     "host": host,
                     "port": port,
                     "allowed": allowed,
@@ -78,5 +95,7 @@ class EgressLog:
                     "bytes_down": entry.bytes_down,
                     "reasons": dict(sorted(entry.reasons.items())),
                 }
-                for (host, port, allowed), entry in items
-            ]
+                if entry.sni:
+                    one["sni"] = dict(sorted(entry.sni.items()))
+                data.append(one)
+            return data

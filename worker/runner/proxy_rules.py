@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.runner import http1
+from worker.runner import http1, tls_hello
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD_BYTES = 16 * 1024
@@ -52,6 +52,16 @@ class Reason(enum.StrEnum):
     DNS_FAILED = "dns-failed"
     CONNECT_FAILED = "connect-failed"
     CONNECT_TIMEOUT = "connect-timeout"
+    # After a CONNECT's 200, before any connection to the origin: the tunnel's first bytes, judged.
+    NOT_TLS = "not-tls"
+    BAD_CLIENT_HELLO = "bad-client-hello"
+    CLIENT_HELLO_TOO_LARGE = "client-hello-too-large"
+    CLIENT_HELLO_TIMEOUT = "client-hello-timeout"
+    CLIENT_HELLO_INCOMPLETE = "client-hello-incomplete"
+    #: A ClientHello without a server name: the name the origin serves would be its own choice.
+    SNI_MISSING = "sni-missing"
+    #: A ClientHello for another name than the CONNECT's host (domain fronting, or ECH's outer name).
+    SNI_MISMATCH = "sni-mismatch"
 
 
 _BAD_REQUEST = (400, "Bad Request")
@@ -74,6 +84,14 @@ STATUS: dict[Reason, tuple[int, str]] = {
     Reason.DNS_FAILED: (502, "Bad Gateway"),
     Reason.CONNECT_FAILED: (502, "Bad Gateway"),
     Reason.CONNECT_TIMEOUT: (504, "Gateway Timeout"),
+    # Sent inside the tunnel, and only to a client that speaks HTTP there (``not-tls``).
+    Reason.NOT_TLS: _FORBIDDEN,
+    Reason.BAD_CLIENT_HELLO: _BAD_REQUEST,
+    Reason.CLIENT_HELLO_TOO_LARGE: _BAD_REQUEST,
+    Reason.CLIENT_HELLO_TIMEOUT: (408, "Request Timeout"),
+    Reason.CLIENT_HELLO_INCOMPLETE: _BAD_REQUEST,
+    Reason.SNI_MISSING: _FORBIDDEN,
+    Reason.SNI_MISMATCH: _FORBIDDEN,
 }
 
 #: Failures of requests the policy allowed (the log's ``allowed`` is true only for these and successes).
@@ -119,6 +137,39 @@ def is_public(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_global and not ip.is_multicast
+
+
+_HELLO_PROBLEMS = {
+    tls_hello.Problem.NOT_TLS: Reason.NOT_TLS,
+    tls_hello.Problem.NOT_CLIENT_HELLO: Reason.BAD_CLIENT_HELLO,
+    tls_hello.Problem.MALFORMED: Reason.BAD_CLIENT_HELLO,
+    tls_hello.Problem.MANY_NAMES: Reason.BAD_CLIENT_HELLO,
+    tls_hello.Problem.TOO_LARGE: Reason.CLIENT_HELLO_TOO_LARGE,
+    tls_hello.Problem.NO_SNI: Reason.SNI_MISSING,
+}
+
+
+def judge_hello(host: str, found: tls_hello.Hello | tls_hello.Problem) -> Reason | None:
+    """``None`` when a tunnel to ``host`` (normalised, a DNS name) opens with a ClientHello for it.
+
+    Names compare as the proxy's host names do (case, a trailing dot), on the bytes as sent: an
+    internationalised name is in its A-label form on both sides, and a server name that is not
+    ASCII (or holds a NUL) matches nothing.
+    """
+    if isinstance(found, tls_hello.Problem):
+        return _HELLO_PROBLEMS[found]
+    try:
+        name = found.server_name.decode("ascii")
+    except UnicodeDecodeError:
+        return Reason.SNI_MISMATCH
+    return None if normalise_host(name) == host else Reason.SNI_MISMATCH
+
+
+def shown_name(found: tls_hello.Hello | tls_hello.Problem) -> str | None:
+    """The server name for the egress log: printable whatever bytes the client sent."""
+    if isinstance(found, tls_hello.Problem):
+        return None
+    return tls_hello.printable(found.server_name)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from baton.redis_server import free_port
+from tests.worker.runner.tls import client_hello
 from worker.runner.proxy import NO_HOST, OTHER_HOSTS, EgressProxy
-from worker.runner.proxy_log import MAX_KEYS, EgressLog
+from worker.runner.proxy_log import MAX_KEYS, MAX_NAMES, OTHER_NAMES, EgressLog
 from worker.runner.proxy_rules import is_dns_name
 
 MODEL = "api.anthropic.com"
@@ -158,11 +159,23 @@ def ask(path: Path, request: bytes) -> tuple[int, bytes]:
     return int(answer.split(b" ")[1]), answer
 
 
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n and (chunk := sock.recv(n - len(data))):
+        data += chunk
+    return data
+
+
 def tunnel(path: Path, host: str = MODEL, port: int = 443) -> socket.socket:
+    """A CONNECT tunnel through to an echo origin, past the proxy's ClientHello check (its hello
+    for ``host`` echoed back: ``len(client_hello(host))`` more bytes each way in the log)."""
     sock = dial(path)
     sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     status, _, rest = read_head(sock)
     assert (status, rest) == (200, b""), status
+    hello = client_hello(host)
+    sock.sendall(hello)
+    assert recv_exactly(sock, len(hello)) == hello
     return sock
 
 
@@ -203,9 +216,10 @@ def test_connect_to_a_routed_host_tunnels_and_counts_both_ways(sock_path: Path, 
         sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)  # half-close: the echo finishes, then the origin closes
         assert read_all(sock) == payload
+        hello = len(client_hello(MODEL))
         assert entry(proxy, MODEL, 443, True) == {
             "host": MODEL, "port": 443, "allowed": True, "connections": 1,
-            "bytes_up": 300_000, "bytes_down": 300_000, "reasons": {},
+            "bytes_up": 300_000 + hello, "bytes_down": 300_000 + hello, "reasons": {},
         }  # fmt: skip
 
 
@@ -215,8 +229,9 @@ def test_a_route_replaces_dns_and_the_port_rule(sock_path: Path, echo: _Threaded
             with tunnel(sock_path, "API.Anthropic.COM.", port) as sock:
                 sock.sendall(b"ping")
                 assert sock.recv(4) == b"ping"
+        hello = len(client_hello("API.Anthropic.COM."))
         assert [(e["host"], e["port"], e["bytes_down"]) for e in proxy.log.to_data()] == [
-            (MODEL, 80, 4), (MODEL, 443, 4), (MODEL, 8443, 4)
+            (MODEL, 80, 4 + hello), (MODEL, 443, 4 + hello), (MODEL, 8443, 4 + hello)
         ]  # fmt: skip
 
 
@@ -360,10 +375,18 @@ def test_an_allowed_name_resolving_to_loopback_is_refused(sock_path: Path) -> No
         assert entry(proxy, "localhost", 443, False)["reasons"] == {"non-public-address": 1}
 
 
-def test_a_route_nobody_listens_on_is_502(sock_path: Path) -> None:
+def test_a_route_nobody_listens_on_is_502_or_after_the_hello_a_tls_alert(sock_path: Path) -> None:
+    """A tunnel connects to its origin only once its ClientHello passed, after the 200: then the
+    client learns of the failure as TLS does, by a fatal alert (internal_error)."""
     with EgressProxy(sock_path, allow=[MODEL], routes={MODEL: ("127.0.0.1", free_port())}) as proxy:
-        assert ask(sock_path, f"CONNECT {MODEL}:443 HTTP/1.1\r\n\r\n".encode())[0] == 502
+        assert ask(sock_path, f"GET http://{MODEL}/ HTTP/1.1\r\n\r\n".encode())[0] == 502
+        with dial(sock_path) as sock:
+            sock.sendall(f"CONNECT {MODEL}:443 HTTP/1.1\r\n\r\n".encode())
+            assert read_head(sock)[0] == 200
+            sock.sendall(client_hello(MODEL))
+            assert read_all(sock) == b"\x15\x03\x03\x00\x02\x02\x50"
         assert entry(proxy, MODEL, 443, True)["reasons"] == {"connect-failed": 1}
+        assert entry(proxy, MODEL, 80, True)["reasons"] == {"connect-failed": 1}
 
 
 MALFORMED = {
@@ -429,6 +452,17 @@ def test_the_log_stays_bounded_whatever_hosts_the_agent_asks_for() -> None:
     assert len(short.to_data()[0]["host"]) == 253
 
 
+def test_the_tls_names_a_refused_host_was_asked_under_stay_bounded() -> None:
+    log = EgressLog()
+    for i in range(MAX_NAMES + 5):
+        log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni=f"n{i}.example")
+    log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni="n0.example")
+    log.record(MODEL, 443, allowed=False, reason="sni-mismatch", sni="x" * 10_000)
+    names = log.to_data()[0]["sni"]
+    assert len(names) == MAX_NAMES + 1
+    assert (names["n0.example"], names[OTHER_NAMES]) == (2, 6)
+
+
 # -- bounds and lifecycle -------------------------------------------------------------------------------
 
 
@@ -482,7 +516,12 @@ def test_many_concurrent_tunnels_all_get_through(sock_path: Path, echo: _Threade
         assert failures == []
         logged = entry(proxy, MODEL, 443, True)
         assert logged["connections"] == 64
-        assert logged["bytes_up"] == logged["bytes_down"] == sum(len(f"hello {i}") * 100 for i in range(64))
+        hellos = 64 * len(client_hello(MODEL))
+        assert (
+            logged["bytes_up"]
+            == logged["bytes_down"]
+            == hellos + sum(len(f"hello {i}") * 100 for i in range(64))
+        )
 
 
 def fds() -> int:
@@ -547,6 +586,9 @@ def test_through_a_socat_forwarder_as_in_the_box(sock_path: Path, echo: _Threade
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(f"CONNECT {MODEL}:443 HTTP/1.1\r\n\r\n".encode())
                 assert read_head(sock)[0] == 200
+                hello = client_hello(MODEL)
+                sock.sendall(hello)
+                assert recv_exactly(sock, len(hello)) == hello
                 sock.sendall(b"through socat")
                 sock.shutdown(socket.SHUT_WR)
                 assert read_all(sock) == b"through socat"
