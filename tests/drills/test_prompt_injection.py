@@ -44,6 +44,7 @@ from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse
 from worker.runner import box, gateway, prompt
 from worker.runner import run as runner
+from worker.runner.probe import host
 
 pytestmark = pytest.mark.drill
 
@@ -310,8 +311,8 @@ class World:
 def world(
     tmp_path: Path, repo: Path, listeners: tuple[Listener, Listener], monkeypatch: pytest.MonkeyPatch
 ) -> World:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed here")
+    if host().bwrap is None:
+        pytest.skip(host().bwrap_source)
     if not box.probe().network_cutoff:
         pytest.skip(
             "this machine cannot cut a box's network: a `command` agent would run on the host network"

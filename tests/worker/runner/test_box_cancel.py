@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import threading
 import time
@@ -14,8 +13,9 @@ import pytest
 from tests.worker.runner.test_box import host_processes_with
 from worker.runner import box
 from worker.runner.box import BoxResult, BoxSpec
+from worker.runner.probe import host
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+pytestmark = pytest.mark.skipif(host().bwrap is None, reason=host().bwrap_source)
 
 
 def run_and_stop(spec: BoxSpec, after_s: float) -> tuple[BoxResult, float]:

@@ -7,7 +7,6 @@ Real git repository, real box, real proxy; the agents are the script agent and, 
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -21,8 +20,9 @@ from worker.policy import Policy, merge, org_policy, parse
 from worker.runner import box
 from worker.runner import inspect as ins
 from worker.runner import run as runner
+from worker.runner.probe import host
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+pytestmark = pytest.mark.skipif(host().bwrap is None, reason=host().bwrap_source)
 
 ORG = """\
 version: 1

@@ -8,7 +8,6 @@ something, and what it could reach is what Baton claims it can reach.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,9 @@ from tests.worker.runner.conftest import git
 from worker.policy import Policy, merge, org_policy, parse
 from worker.runner import gateway
 from worker.runner import run as runner
+from worker.runner.probe import host
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
+pytestmark = pytest.mark.skipif(host().bwrap is None, reason=host().bwrap_source)
 
 REAL_KEY = "sk-ant-api03-canary-9d2f-do-not-leak"
 ORG = """\
