@@ -218,3 +218,21 @@ def test_the_box_gets_the_effective_memory_and_disk_limits(
     assert [(s.memory_bytes, s.max_disk_bytes) for s in asked] == [(2 * 1024**3, 3 * 1024**3)]
     memory = (record.box or {})["memory_limit"]
     assert memory["detail"] != "no memory limit was asked for"  # in force, or why not, on the record
+
+
+GROW = "held = []\nwhile True:\n    held.append(bytearray(8 << 20))\n"
+
+
+def test_a_run_that_passes_its_memory_limit_is_stopped_and_commits_nothing(repo: Path) -> None:
+    org = org_policy(parse(ORG + "limits: {max_agent_memory: 96MiB}\n", "org.yml"))
+    policy = merge(org, None).policy
+    steps = [*WRITE_HELLO, {"op": "spawn", "argv": ["/usr/bin/python3", "-c", GROW]}]
+    began = time.monotonic()
+    record = runner.run(request(repo, policy, steps))
+    assert record.outcome == "over-limit", record.reason
+    assert record.reason.startswith("the agent was stopped: it passed its memory limit of 96 MiB")
+    assert record.reason.endswith("nothing was committed")
+    assert record.commit is None
+    assert record.over_limit is not None
+    assert record.over_limit["kind"] == "memory"
+    assert time.monotonic() - began < 45  # the box was stopped at the limit, not at its 60 s timeout

@@ -128,3 +128,26 @@ def test_the_receipt_keeps_the_whole_box_report_beside_its_summary() -> None:
     assert held["summary"] == box["summary"]
     assert held["memoryLimit"] == {"inForce": False, "detail": "not in force: …"}
     assert len([v for v in held.values() if isinstance(v, dict)]) == 17
+
+
+def test_a_run_stopped_at_a_box_limit_says_which_on_the_issue_and_in_its_receipt() -> None:
+    over = {"kind": "memory", "limit_bytes": 128 << 20, "used_bytes": 131 << 20, "mechanism": "supervisor"}
+    record = Record.from_data({
+        "agent": "script", "outcome": "over-limit", "over_limit": over, "box": _OLD_BOX,
+        "reason": "the agent was stopped: it passed its memory limit of 128 MiB: 131 MiB measured by "
+                  "Baton's supervisor, which stopped the box; nothing was committed",
+    })  # fmt: skip
+    status = report.ended("t-1", "script", record)
+    assert status.headline == "🛑 Stopped: the agent passed a limit of its box"
+    assert status.summary.startswith("The agent was stopped: it passed its memory limit of 128 MiB")
+    assert "Nothing was pushed." in status.summary
+    predicate = receipts.agent_run(task_id="t-1", full_name="o/r", number=1, base="a" * 40,
+                                   diff_digest="b" * 64, record=record)  # fmt: skip
+    exit_ = predicate["exit"]
+    assert isinstance(exit_, dict)
+    assert exit_["outcome"] == "over-limit"
+    assert exit_["overLimit"] == {"kind": "memory", "limitBytes": 128 << 20, "usedBytes": 131 << 20,
+                                  "mechanism": "supervisor"}  # fmt: skip
+    plain = receipts.agent_run(task_id="t-1", full_name="o/r", number=1, base="a" * 40, diff_digest="b" * 64,
+                               record=dataclasses.replace(record, over_limit=None, outcome="done"))  # type: ignore[arg-type]  # fmt: skip
+    assert "overLimit" not in plain["exit"]  # type: ignore[operator]  # earlier receipts keep their bytes
