@@ -269,6 +269,12 @@ def agent_run(
             "port": e.get("port"),
             "allowed": bool(e.get("allowed")),
             "connections": e.get("connections"),
+            # Why a refused host was refused (e.g. sni-mismatch); the whole log is bound by its digest.
+            **(
+                {"reasons": sorted(map(str, e["reasons"]))[:MAX_ITEMS]}
+                if not e.get("allowed") and isinstance(e.get("reasons"), Mapping) and e["reasons"]
+                else {}
+            ),
         }
         for e in egress[:MAX_ITEMS]
     ]

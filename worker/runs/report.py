@@ -78,7 +78,9 @@ def egress_summary(egress: Sequence[Mapping[str, Any]]) -> str:
         return "no network connections"
     parts = []
     for e in egress:
-        verdict = "allowed" if e.get("allowed") else "refused"
+        reasons = e.get("reasons") if isinstance(e.get("reasons"), Mapping) else None
+        why = f" ({', '.join(sorted(map(str, reasons)))})" if reasons and not e.get("allowed") else ""
+        verdict = "allowed" if e.get("allowed") else f"refused{why}"
         parts.append(f"{e.get('host')}:{e.get('port')} {verdict} x{e.get('connections', 0)}")
     return "; ".join(parts)
 

@@ -151,3 +151,18 @@ def test_a_run_stopped_at_a_box_limit_says_which_on_the_issue_and_in_its_receipt
     plain = receipts.agent_run(task_id="t-1", full_name="o/r", number=1, base="a" * 40, diff_digest="b" * 64,
                                record=dataclasses.replace(record, over_limit=None, outcome="done"))  # type: ignore[arg-type]  # fmt: skip
     assert "overLimit" not in plain["exit"]  # type: ignore[operator]  # earlier receipts keep their bytes
+
+
+def test_a_fronted_tunnel_the_proxy_refused_is_named_with_its_reason_on_the_issue_and_in_the_receipt() -> (
+    None
+):
+    egress = [{"host": "allowed.example", "port": 443, "allowed": False, "connections": 1, "bytes_up": 0,
+               "bytes_down": 0, "reasons": {"sni-mismatch": 1}, "sni": {"other.example": 1}}]  # fmt: skip
+    record = Record.from_data({"agent": "script", "outcome": "done", "box": _OLD_BOX, "egress": egress})
+    assert report.egress_summary(record.egress) == "allowed.example:443 refused (sni-mismatch) x1"
+    predicate = receipts.agent_run(task_id="t-1", full_name="o/r", number=1, base="a" * 40,
+                                   diff_digest="b" * 64, record=record)  # fmt: skip
+    egress_claim = predicate["egress"]
+    assert isinstance(egress_claim, dict)
+    assert egress_claim["hosts"] == [{"host": "allowed.example", "port": 443, "allowed": False, "connections": 1,
+                                      "reasons": ["sni-mismatch"]}]  # fmt: skip
