@@ -427,7 +427,7 @@ def report(
         seccomp=filtered,
         network={"proxy": "loopback only + proxy", "none": "none", "host": "host"}[limits.network],
         writable=writable,
-        bwrap=f"{facts.bwrap} {version}" if facts.bwrap else "none",
+        bwrap=f"{facts.bwrap} {version} ({facts.bwrap_source})" if facts.bwrap else "none",
         summary="",
     )
     return replace(built, summary=sentence(built, limits.network, started=started))

@@ -153,9 +153,7 @@ def test_a_run_stopped_at_a_box_limit_says_which_on_the_issue_and_in_its_receipt
     assert "overLimit" not in plain["exit"]  # type: ignore[operator]  # earlier receipts keep their bytes
 
 
-def test_a_fronted_tunnel_the_proxy_refused_is_named_with_its_reason_on_the_issue_and_in_the_receipt() -> (
-    None
-):
+def test_a_fronted_tunnel_the_proxy_refused_is_named_with_its_reason_in_the_status_and_receipt() -> None:
     egress = [{"host": "allowed.example", "port": 443, "allowed": False, "connections": 1, "bytes_up": 0,
                "bytes_down": 0, "reasons": {"sni-mismatch": 1}, "sni": {"other.example": 1}}]  # fmt: skip
     record = Record.from_data({"agent": "script", "outcome": "done", "box": _OLD_BOX, "egress": egress})
@@ -164,5 +162,5 @@ def test_a_fronted_tunnel_the_proxy_refused_is_named_with_its_reason_on_the_issu
                                    diff_digest="b" * 64, record=record)  # fmt: skip
     egress_claim = predicate["egress"]
     assert isinstance(egress_claim, dict)
-    assert egress_claim["hosts"] == [{"host": "allowed.example", "port": 443, "allowed": False, "connections": 1,
-                                      "reasons": ["sni-mismatch"]}]  # fmt: skip
+    refused = {"host": "allowed.example", "port": 443, "allowed": False, "connections": 1}
+    assert egress_claim["hosts"] == [{**refused, "reasons": ["sni-mismatch"]}]
