@@ -119,6 +119,11 @@ def _agent(limits: list[tuple[str, int]], program: bytes | None, argv: list[str]
     import resource  # noqa: PLC0415
 
     _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # not the init's handler, until exec resets it
+    # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the
+    # agent gets the defaults a shell would give it (`yes | head` ends quietly; a file past
+    # RLIMIT_FSIZE stops the writer).
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        _signal.signal(getattr(_signal, name), _signal.SIG_DFL)
     names = {"core": resource.RLIMIT_CORE, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
     applied = []
     try:

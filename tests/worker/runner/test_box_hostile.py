@@ -274,3 +274,12 @@ def test_forks_stop_at_the_process_limit_even_under_a_root_worker(dirs: tuple[Pa
     mechanism = "cgroup pids.max" if os.getuid() == 0 else "RLIMIT_NPROC"
     assert mechanism in done.report.process_limit.detail
     assert "processes 64" in done.report.summary
+
+
+def test_the_agent_starts_with_the_signal_dispositions_a_shell_gives(dirs: tuple[Path, Path]) -> None:
+    """The init runs on Python, which ignores SIGPIPE and SIGXFSZ; the agent must not inherit that."""
+    done = box.run(BoxSpec(argv=["/bin/sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"],
+                           workspace=dirs[0], home=dirs[1]))  # fmt: skip
+    masks = dict(line.split(":\t") for line in done.stdout.decode().splitlines())
+    assert int(masks["SigIgn"], 16) == 0, masks
+    assert int(masks["SigBlk"], 16) == 0, masks
