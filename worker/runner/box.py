@@ -449,7 +449,7 @@ class _Run:
             stdin.close()
 
     def _on_status(self, chunk: bytes) -> None:
-        """bwrap's first status line names the box's init; check it, cgroup it, then let it go on."""
+        """bwrap's first status line names the box's init; check it, let it go on, cgroup it."""
         self.status += chunk
         if self.child is not None or b"\n" not in self.status:
             return
@@ -461,6 +461,10 @@ class _Run:
             return  # never released: the box dies at its timeout
         self.child, self.pid_ns = child, ns.get("pid")
         self.seen = first_process(child, ns, self.block_r, min(self.spec.timeout_s, 10.0))
+        # Let bwrap exec the init now: moving it into a cgroup (a few ms on cgroup v1) overlaps the
+        # init's own start-up, and the agent, forked only after "go", is born inside.
+        with contextlib.suppress(OSError):  # the box died already
+            os.write(self.block_w, b"x")
         if self.cgroup is not None and self.spec.memory_bytes is not None:
             failed = join_cgroup(self.cgroup, child)
             if failed is None:
@@ -477,8 +481,6 @@ class _Run:
         if self.pids_cgroup is not None:
             held = join_cgroup(self.pids_cgroup, child, hierarchy=":pids:") is None
             self.processes = "cgroup" if held else self.processes
-        with contextlib.suppress(OSError):  # the box died already
-            os.write(self.block_w, b"x")
         self._release(child)
 
     def _release(self, child: int) -> None:

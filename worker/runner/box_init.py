@@ -24,12 +24,9 @@ Arguments: ``forward=PORT:SOCKET`` (repeatable), ``rlimit=NAME:VALUE`` (core, fs
 
 from __future__ import annotations
 
+import _socket  # the C module: ``socket`` (and ``typing``) would cost the box ~10 ms of start-up
 import os
 import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import _socket
 
 #: First line of the box's stderr once the agent's limits are applied (the worker strips it).
 READY = b"baton-box: ready"
@@ -78,8 +75,6 @@ def _say(line: bytes) -> None:
 
 
 def _listen(port: int) -> int:
-    import _socket  # noqa: PLC0415 - imported where used: this file's imports are its start-up time
-
     sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
@@ -166,7 +161,6 @@ def _pump(src: _socket.socket, dst: _socket.socket) -> None:
 
 
 def _serve(listen_fd: int, path: str, slots: list[int]) -> None:
-    import _socket  # noqa: PLC0415
     import _thread  # noqa: PLC0415
 
     server = _socket.socket(fileno=listen_fd)
