@@ -155,9 +155,14 @@ class EmbeddedRedis:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets a prctl flag
             )
-            _send_config(self._proc, server_config(port, password, self.data_dir, durable=self.durable))
-            url = f"redis://:{password}@127.0.0.1:{port}/0"
-            if self._wait_ready(url):
+            try:
+                _send_config(self._proc, server_config(port, password, self.data_dir, durable=self.durable))
+                url = f"redis://:{password}@127.0.0.1:{port}/0"
+                ready = self._wait_ready(url)
+            except BaseException:
+                self._reap()  # never leave a server behind that nobody will stop
+                raise
+            if ready:
                 self.url = url
                 atexit.register(self.stop)
                 if self.state_file is not None:
@@ -182,6 +187,8 @@ class EmbeddedRedis:
                         return True
                 except redis.ConnectionError:
                     time.sleep(0.02)
+                except redis.RedisError:  # something else answers on the port (taken before we bound it)
+                    return False
             return False
         finally:
             client.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from baton import redis_server
 from baton.redis_server import EmbeddedRedis, bundled_valkey, server_binary
 
 
@@ -103,3 +106,40 @@ def test_the_password_is_on_no_command_line(tmp_path: Path, binary: Callable[[],
         with pytest.raises(redis.AuthenticationError):
             anonymous.set("x", "1")
         anonymous.close()
+
+
+def test_a_port_taken_by_something_else_between_probe_and_bind_is_not_taken_for_redis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: the free port went to another test's HTTP server before Redis bound it, and the
+    ping read "HTTP/1.1 400". That is not our server: try another port, and leave no process behind."""
+
+    squatter = socket.create_server(("127.0.0.1", 0))
+    taken = squatter.getsockname()[1]
+    done = threading.Event()
+
+    def answer_http() -> None:
+        squatter.settimeout(0.1)
+        while not done.is_set():
+            try:
+                conn, _ = squatter.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    thread = threading.Thread(target=answer_http, daemon=True)
+    thread.start()
+    ports = iter([taken])
+    real = redis_server.free_port
+    monkeypatch.setattr(redis_server, "free_port", lambda: next(ports, None) or real())
+    server = EmbeddedRedis(data_dir=tmp_path / "data", binary=server_binary())
+    try:
+        with server:
+            assert server.url is not None
+            assert f":{taken}/" not in server.url
+            assert redis.Redis.from_url(server.url).ping()
+    finally:
+        done.set()
+        thread.join(5)
+        squatter.close()

@@ -24,7 +24,8 @@ Arguments: ``forward=PORT:SOCKET`` (repeatable), ``rlimit=NAME:VALUE`` (core, fs
 
 from __future__ import annotations
 
-import _socket  # the C module: ``socket`` (and ``typing``) would cost the box ~10 ms of start-up
+import _socket  # the C modules: ``socket`` (and ``typing``) would cost the box ~10 ms of start-up
+import _thread
 import os
 import sys
 
@@ -160,8 +161,7 @@ def _pump(src: _socket.socket, dst: _socket.socket) -> None:
             pass
 
 
-def _serve(listen_fd: int, path: str, slots: list[int]) -> None:
-    import _thread  # noqa: PLC0415
+def _serve(listen_fd: int, path: str, slots: list[int], lock: _thread.LockType) -> None:
 
     server = _socket.socket(fileno=listen_fd)
 
@@ -186,7 +186,8 @@ def _serve(listen_fd: int, path: str, slots: list[int]) -> None:
             upstream.close()
         finally:
             client.close()
-            slots[0] -= 1
+            with lock:
+                slots[0] -= 1
 
     while True:
         try:
@@ -194,10 +195,12 @@ def _serve(listen_fd: int, path: str, slots: list[int]) -> None:
         except OSError:
             continue
         client = _socket.socket(fileno=fd)
-        if slots[0] >= MAX_CONNECTIONS:
+        with lock:
+            full = slots[0] >= MAX_CONNECTIONS
+            slots[0] += not full
+        if full:
             client.close()
             continue
-        slots[0] += 1
         _thread.start_new_thread(connection, (client,))
 
 
@@ -231,8 +234,10 @@ def main(args: list[str]) -> None:
 
     # Not dumpable: this process is not filtered, so the agent must not reach its memory through
     # /proc/1/mem (nor its fds). The agent's exec makes it dumpable again; this one stays so.
-    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                            ctypes.c_ulong(0))  # fmt: skip
+    zero = ctypes.c_ulong(0)
+    if ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, zero, zero, zero, zero) != 0:
+        _say(b"baton-box: the init could not make itself non-dumpable")
+        os._exit(REFUSED)
     for fd, _ in listening:
         os.set_inheritable(fd, False)
     child = os.fork()
@@ -241,11 +246,9 @@ def main(args: list[str]) -> None:
     agent[0] = child
     os.close(0)
     if listening:
-        import _thread  # noqa: PLC0415
-
-        slots = [0]
+        slots, lock = [0], _thread.allocate_lock()  # connections forwarded now, shared by the doors
         for fd, path in listening:
-            _thread.start_new_thread(_serve, (fd, path, slots))
+            _thread.start_new_thread(_serve, (fd, path, slots, lock))
     while True:  # as pid 1, reap whatever is orphaned here, until the agent itself ends
         pid, status = os.wait()
         if pid == child:
