@@ -51,9 +51,16 @@ class Limit:
     limit_bytes: int
     used_bytes: int
     mechanism: Literal["supervisor", "cgroup"]
+    #: A directory of the box's that could not be measured (the box is stopped for it: fail closed).
+    unmeasured: str = ""
 
     def describe(self) -> str:
         what = {"memory": "memory", "disk": "disk (workspace, HOME and /tmp)"}[self.kind]
+        if self.unmeasured:
+            return (
+                f"Baton's supervisor could not measure its {what} ({self.unmeasured}), so it "
+                f"stopped the box rather than let it pass its limit of {size(self.limit_bytes)} unseen"
+            )
         if self.mechanism == "cgroup":
             return f"it passed its {what} limit of {size(self.limit_bytes)} (the kernel's cgroup stopped it)"
         return (
@@ -62,8 +69,9 @@ class Limit:
         )
 
     def to_data(self) -> dict[str, object]:
-        return {"kind": self.kind, "limit_bytes": self.limit_bytes, "used_bytes": self.used_bytes,
-                "mechanism": self.mechanism}  # fmt: skip
+        data: dict[str, object] = {"kind": self.kind, "limit_bytes": self.limit_bytes,
+                                   "used_bytes": self.used_bytes, "mechanism": self.mechanism}  # fmt: skip
+        return data | ({"unmeasured": self.unmeasured} if self.unmeasured else {})
 
 
 def memory_of(pids: Sequence[int]) -> int:
@@ -87,9 +95,15 @@ def memory_of(pids: Sequence[int]) -> int:
     return total
 
 
+class Unmeasured(Exception):
+    """A directory in the box's trees that cannot be walked (made unreadable, or deeper than a path
+    can name): what it holds cannot be counted."""
+
+
 def disk_of(roots: Sequence[Path]) -> int:
     """The bytes these trees take on disk, each inode once, each at least ``MIN_FILE_BYTES``.
-    Links are not followed; what vanishes while it is walked counts nothing."""
+    Links are not followed; what vanishes while it is walked counts nothing. A directory that
+    cannot be read raises :class:`Unmeasured` (an agent can hide bytes there otherwise)."""
     seen: set[tuple[int, int]] = set()
     total = 0
     stack = [str(r) for r in roots]
@@ -97,14 +111,18 @@ def disk_of(roots: Sequence[Path]) -> int:
         path = stack.pop()
         try:
             entries = os.scandir(path)
-        except OSError:
+        except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise Unmeasured(f"{exc.strerror}: a directory {len(path)} characters deep") from exc
         with entries:
             for entry in entries:
                 try:
                     st = entry.stat(follow_symlinks=False)
-                except OSError:
+                except FileNotFoundError:
                     continue
+                except OSError as exc:
+                    raise Unmeasured(f"{exc.strerror}: an entry {len(entry.path)} characters deep") from exc
                 if (st.st_dev, st.st_ino) in seen:
                     continue
                 seen.add((st.st_dev, st.st_ino))
@@ -166,10 +184,14 @@ class Supervisor:
             self.memory_at = began + MEMORY_EVERY_S
         if passed is None and self.disk_bytes is not None and began >= self.disk_at:
             walk_began = self.clock()
-            used = disk_of(self.trees) + sum(filesystem_used(m) for m in self.mounts())
+            try:
+                used = disk_of(self.trees) + sum(filesystem_used(m) for m in self.mounts())
+            except Unmeasured as exc:
+                used = 0
+                passed = Limit("disk", self.disk_bytes, 0, "supervisor", unmeasured=str(exc))
             took = self.clock() - walk_began
             self.peak_disk = max(self.peak_disk, used)
-            if used > self.disk_bytes:
+            if passed is None and used > self.disk_bytes:
                 passed = Limit("disk", self.disk_bytes, used, "supervisor")
             self.disk_at = self.clock() + max(DISK_EVERY_S, took / DISK_SHARE)
         self.spent_s += self.clock() - began

@@ -283,3 +283,19 @@ def test_the_agent_starts_with_the_signal_dispositions_a_shell_gives(dirs: tuple
     masks = dict(line.split(":\t") for line in done.stdout.decode().splitlines())
     assert int(masks["SigIgn"], 16) == 0, masks
     assert int(masks["SigBlk"], 16) == 0, masks
+
+
+def test_a_directory_deeper_than_a_path_can_name_stops_the_box(dirs: tuple[Path, Path]) -> None:
+    """Bytes past PATH_MAX cannot be walked by path, so the supervisor stops the box (fails closed)."""
+    deep = """import os, time
+for _ in range(500):
+    os.mkdir("d" * 200)
+    os.chdir("d" * 200)
+with open("data", "wb") as f:
+    f.write(b"x" * 4096)
+time.sleep(30)
+"""
+    done = run(dirs, deep, max_disk_bytes=64 * 1024 * 1024)
+    assert done.over_limit is not None
+    assert done.over_limit.kind == "disk"
+    assert "could not measure" in done.over_limit.describe()
