@@ -82,7 +82,6 @@ from worker.runner.probe import (
     host,
     join_cgroup,
     new_cgroup,
-    new_pids_cgroup,
     report,
     run_probe,
     wait_in_syscall,
@@ -324,7 +323,7 @@ class _Run:
                     )
             if spec.max_processes is not None and self.cgroup is None and facts.pids_cgroup is not None:
                 try:
-                    self.pids_cgroup = new_pids_cgroup(facts.pids_cgroup, spec.max_processes)
+                    self.pids_cgroup = new_cgroup(facts.pids_cgroup, None, spec.max_processes)
                 except OSError as exc:
                     log.warning("box: no pids cgroup in %s (%s)", facts.pids_cgroup, exc)
             if supervised is not None:
@@ -480,7 +479,7 @@ class _Run:
                 )
         if self.pids_cgroup is not None:
             held = join_cgroup(self.pids_cgroup, child, hierarchy=":pids:") is None
-            self.processes = "cgroup" if held else self.processes
+            self.processes = "cgroup" if held and (self.pids_cgroup / "pids.max").exists() else self.processes
         self._release(child)
 
     def _release(self, child: int) -> None:

@@ -84,13 +84,10 @@ class Host:
 @cache
 def host() -> Host:
     bwrap = bwrap_binary.find(MIN_BWRAP)
-    memory_cgroup, reason = find_memory_cgroup(
-        _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
-    )
+    cgroups, mountinfo = _read("/proc/self/cgroup"), _read("/proc/self/mountinfo")
+    memory_cgroup, reason = find_memory_cgroup(cgroups, mountinfo, writable=_writable)
+    pids_cgroup = find_pids_cgroup(cgroups, mountinfo, writable=_writable)
     python, python_reason = box_python()
-    pids_cgroup = find_pids_cgroup(
-        _read("/proc/self/cgroup"), _read("/proc/self/mountinfo"), writable=lambda p: os.access(p, os.W_OK)
-    )
     program, seccomp_reason = _seccomp_program(os.uname().machine, _read("/proc/self/status"))
     return Host(
         bwrap=bwrap.bwrap.path if bwrap.bwrap else None,
@@ -146,18 +143,16 @@ def find_memory_cgroup(
     writable (delegated: e.g. the worker in ``<delegated>/worker``, boxes beside
     it). ``fs_root`` and ``writable`` exist for tests.
     """
-    mounts = [line.split(" - ", 1) for line in mountinfo_text.splitlines() if " - " in line]
-    v2 = [(pre.split()[4], pre.split()[3]) for pre, post in mounts if post.split()[0] == "cgroup2"]
-    v1 = any(post.split()[0] == "cgroup" and "memory" in post.split()[-1].split(",") for _, post in mounts)
-    on_v1 = " (memory is on a cgroup v1 hierarchy here)" if v1 else ""
-    own = next((line[3:] for line in cgroup_text.splitlines() if line.startswith("0::")), None)
+    v2 = _mounted(mountinfo_text, "cgroup2")
+    on_v1 = (
+        " (memory is on a cgroup v1 hierarchy here)" if _mounted(mountinfo_text, "cgroup", "memory") else ""
+    )
+    own = _own_group(cgroup_text, None)
     if not v2 or own is None:
         return None, (
             "no cgroup v2 hierarchy is mounted" if not v2 else "this process is in no cgroup v2 group"
         ) + on_v1
-    mount_point, mount_root = v2[0]
-    relative = os.path.relpath(own, mount_root) if own.startswith(mount_root) else own.lstrip("/")
-    group = fs_root / mount_point.lstrip("/") / ("" if relative == "." else relative)
+    group, relative = _group_dir(v2[0], own, fs_root)
     if "memory" not in _read(group / "cgroup.controllers").split():
         return None, f"the cgroup v2 group {group} has no memory controller{on_v1}"
     if "memory" in _read(group / "cgroup.subtree_control").split() and writable(group):
@@ -170,15 +165,17 @@ def find_memory_cgroup(
     )
 
 
-def new_cgroup(parent: Path, memory_bytes: int, max_processes: int | None = None) -> Path:
-    """A fresh cgroup with ``memory.max`` (and no swap where the kernel has it), and ``pids.max``
-    where the pids controller reaches it; OSError if it cannot."""
+def new_cgroup(parent: Path, memory_bytes: int | None, max_processes: int | None = None) -> Path:
+    """A fresh cgroup: ``memory.max`` (and no swap where the kernel has it) if ``memory_bytes``, and
+    ``pids.max`` where the pids controller reaches it (v2 or a v1 ``pids`` hierarchy); OSError if
+    it cannot be made."""
     group = parent / f"baton-box-{uuid.uuid4().hex[:12]}"
     group.mkdir()
     try:
-        (group / "memory.max").write_text(str(memory_bytes))
-        with contextlib.suppress(FileNotFoundError):
-            (group / "memory.swap.max").write_text("0")
+        if memory_bytes is not None:
+            (group / "memory.max").write_text(str(memory_bytes))
+            with contextlib.suppress(FileNotFoundError):
+                (group / "memory.swap.max").write_text("0")
         if max_processes is not None and (group / "pids.max").exists():
             (group / "pids.max").write_text(str(max_processes))
     except OSError:
@@ -208,29 +205,45 @@ def find_pids_cgroup(
 ) -> Path | None:
     """The worker's own cgroup v1 ``pids`` group, if it may make groups in it (v1 lets a group with
     processes have children). ``fs_root`` and ``writable`` exist for tests."""
-    mounts = [line.split(" - ", 1) for line in mountinfo_text.splitlines() if " - " in line]
-    points = [(pre.split()[4], pre.split()[3]) for pre, post in mounts
-              if post.split()[0] == "cgroup" and "pids" in post.split()[-1].split(",")]  # fmt: skip
-    own = next((line.split(":", 2)[2] for line in cgroup_text.splitlines()
-                if line.count(":") >= 2 and "pids" in line.split(":", 2)[1].split(",")), None)  # fmt: skip
+    points = _mounted(mountinfo_text, "cgroup", "pids")
+    own = _own_group(cgroup_text, "pids")
     if not points or own is None:
         return None
-    mount_point, mount_root = points[0]
-    relative = os.path.relpath(own, mount_root) if own.startswith(mount_root) else own.lstrip("/")
-    group = fs_root / mount_point.lstrip("/") / ("" if relative == "." else relative)
+    group, _ = _group_dir(points[0], own, fs_root)
     return group if writable(group) else None
 
 
-def new_pids_cgroup(parent: Path, max_processes: int) -> Path:
-    """A fresh cgroup v1 ``pids`` group with ``pids.max``; OSError if it cannot be made."""
-    group = parent / f"baton-box-{uuid.uuid4().hex[:12]}"
-    group.mkdir()
-    try:
-        (group / "pids.max").write_text(str(max_processes))
-    except OSError:
-        group.rmdir()
-        raise
-    return group
+def _mounted(mountinfo_text: str, fstype: str, controller: str | None = None) -> list[tuple[str, str]]:
+    """(mount point, root) of each mount of ``fstype`` (with ``controller`` among its options)."""
+    found = []
+    for line in mountinfo_text.splitlines():
+        pre, sep, post = line.partition(" - ")
+        if not sep or post.split()[0] != fstype:
+            continue
+        if controller is None or controller in post.split()[-1].split(","):
+            found.append((pre.split()[4], pre.split()[3]))
+    return found
+
+
+def _own_group(cgroup_text: str, controller: str | None) -> str | None:
+    """This process's group path on the v2 hierarchy (``controller`` None) or a v1 controller's."""
+    for line in cgroup_text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        names, _, path = rest.partition(":")
+        if hierarchy and path and (names == "" if controller is None else controller in names.split(",")):
+            return path
+    return None
+
+
+def _group_dir(mount: tuple[str, str], own: str, fs_root: Path) -> tuple[Path, str]:
+    """The directory of group ``own`` under a mount (point, root), and its path relative to the root."""
+    mount_point, mount_root = mount
+    relative = os.path.relpath(own, mount_root) if own.startswith(mount_root) else own.lstrip("/")
+    return fs_root / mount_point.lstrip("/") / ("" if relative == "." else relative), relative
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK)
 
 
 @dataclass

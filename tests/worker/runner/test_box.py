@@ -22,7 +22,14 @@ import pytest
 
 from worker.runner import box, seccomp
 from worker.runner.box import BoxError, BoxResult, BoxSpec
-from worker.runner.probe import find_memory_cgroup, host, join_cgroup, new_cgroup, wait_in_syscall
+from worker.runner.probe import (
+    find_memory_cgroup,
+    find_pids_cgroup,
+    host,
+    join_cgroup,
+    new_cgroup,
+    wait_in_syscall,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 PY = "/usr/bin/python3"  # the box sees the host's /usr, so the system python runs inside
@@ -683,3 +690,19 @@ def test_a_box_that_cannot_be_built_raises(tmp_path: Path, dirs: tuple[Path, Pat
     with pytest.raises(BoxError, match="could not build the box") as caught:
         run(dirs, ["true"], ro_binds=[tools, tools / "link"])
     assert caught.value.code == "box-setup-failed"
+
+
+def test_a_root_worker_s_v1_pids_group_is_read_from_the_machine(tmp_path: Path) -> None:
+    """Where v2 does not hold the processes, the worker's own v1 ``pids`` group does, if writable."""
+    pids = "35 23 0:33 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+    own = "8:pids:/svc\n1:name=systemd:/\n0::/\n"
+    group = tmp_path / "sys/fs/cgroup/pids/svc"
+    group.mkdir(parents=True)
+
+    def find(mounts: str, cgroups: str = own, writable: bool = True) -> Path | None:
+        return find_pids_cgroup(cgroups, mounts, writable=lambda _: writable, fs_root=tmp_path)
+
+    assert find(pids) == group
+    assert find(pids, writable=False) is None
+    assert find("31 23 0:31 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n") is None  # no v1 pids hierarchy
+    assert find(pids, cgroups="0::/\n") is None  # not in a pids group
