@@ -86,7 +86,7 @@ from worker.runner.probe import (
     run_probe,
     wait_in_syscall,
 )
-from worker.runner.supervise import DISK_EVERY_S, MEMORY_EVERY_S, Limit, Supervisor, size
+from worker.runner.supervise import MEMORY_EVERY_S, Limit, Supervisor, size
 
 __all__ = ["AGENT_HOME", "GATEWAY_PORT", "PROXY_SOCKET", "SYSTEM_PATH", "WORKSPACE", "BoxError", "BoxReport",
            "BoxResult", "BoxSpec", "MiB", "Probe", "Protection", "probe", "run"]  # fmt: skip
@@ -281,6 +281,7 @@ class _Run:
         self.status = b""
         self.seen = FirstProcess()
         self.memory = Protection(False, "no memory limit was asked for")
+        self.memory_held: Literal["cgroup", "supervisor"] | None = None
         self.processes: Literal["rlimit", "cgroup"] = "rlimit"
         self.supervisor = Supervisor(memory_bytes=None, disk_bytes=None, trees=(), pids=list, mounts=list)
         self.over_limit: Limit | None = None
@@ -328,10 +329,10 @@ class _Run:
                     log.warning("box: no pids cgroup in %s (%s)", facts.pids_cgroup, exc)
             if supervised is not None:
                 why = facts.memory_cgroup_reason if self.cgroup is None else ""
-                self.memory = _supervised_memory(supervised, why)
+                self.memory, self.memory_held = _supervised_memory(supervised, why), "supervisor"
             self.supervisor = Supervisor(
                 memory_bytes=supervised, disk_bytes=spec.max_disk_bytes, trees=(spec.workspace, spec.home),
-                pids=self._box_pids, mounts=self._mounts,
+                pids=self._box_pids, mounts=self._tmpfs_on_host,
             )  # fmt: skip
             options = [*bwrap.options(_mounts(spec, facts, self._memfd)), "--json-status-fd", str(status_w)]
             args_fd = self._memfd(
@@ -470,9 +471,13 @@ class _Run:
                 self.memory = Protection(
                     True, f"{size(self.spec.memory_bytes)} (cgroup v2 memory.max, no swap)"
                 )
+                self.memory_held = "cgroup"
                 self.processes = "cgroup" if (self.cgroup / "pids.max").exists() else "rlimit"
             else:  # the supervisor holds it instead
-                self.memory = _supervised_memory(self.spec.memory_bytes, failed)
+                self.memory, self.memory_held = (
+                    _supervised_memory(self.spec.memory_bytes, failed),
+                    "supervisor",
+                )
                 self.supervisor.memory_bytes, self.supervisor.memory_at = (
                     self.spec.memory_bytes,
                     time.monotonic(),
@@ -497,7 +502,7 @@ class _Run:
             os.set_blocking(self.proc.stdin.fileno(), False)
             self.sel.register(self.proc.stdin, selectors.EVENT_WRITE, "stdin")
 
-    def _mounts(self) -> list[str]:
+    def _tmpfs_on_host(self) -> list[str]:
         """The box's own tmpfs mounts as the host reaches them (for the disk they hold)."""
         return (
             []
@@ -606,21 +611,16 @@ class _Run:
                          report=self._report(started=False))  # fmt: skip
 
     def _report(self, *, started: bool = True) -> BoxReport:
-        disk = self.spec.max_disk_bytes
         return report(
             Limits(
                 network=self.spec.network,
                 max_file_bytes=self.spec.max_file_bytes,
                 max_processes=self.spec.max_processes,
                 memory=self.memory,
+                memory_bytes=self.spec.memory_bytes if self.memory_held else None,
+                memory_held=self.memory_held,
                 processes=self.processes,
-                disk=None
-                if disk is None
-                else Protection(
-                    self.applied is not None,
-                    f"{size(disk)}, workspace, HOME and /tmp together (measured by Baton's supervisor "
-                    f"every {DISK_EVERY_S:g} s or more; each file counts at least 4 KiB)",
-                ),
+                max_disk_bytes=self.spec.max_disk_bytes,
                 applied=self.applied,
                 seccomp=self.seccomp,
             ),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from worker.runner import bwrap_binary, seccomp
-from worker.runner.supervise import size
+from worker.runner.supervise import DISK_EVERY_S, size
 
 if TYPE_CHECKING:
     from worker.runner.box import BoxResult
@@ -340,9 +340,13 @@ class Limits:
     max_file_bytes: int | None
     max_processes: int | None
     memory: Protection
+    #: The memory limit held, and what held it (None: none was, ``memory`` says why).
+    memory_bytes: int | None
+    memory_held: Literal["cgroup", "supervisor"] | None
     #: What held the process count: the cgroup's ``pids.max`` or the init's RLIMIT_NPROC.
     processes: Literal["rlimit", "cgroup"]
-    disk: Protection | None
+    #: The workspace, HOME and /tmp together, held by the supervisor once the agent runs.
+    max_disk_bytes: int | None
     #: What the box's init said it applied before the agent existed (None: it never said).
     applied: frozenset[str] | None
     seccomp: bytes | None
@@ -436,14 +440,25 @@ def report(
         file_size_limit=rlimit("fsize", fsize, f"{size(fsize or 0)} per file (RLIMIT_FSIZE)"),
         process_limit=processes,
         memory_limit=limits.memory,
-        disk_limit=limits.disk or Protection(False, "no disk limit was asked for"),
+        disk_limit=_disk(limits.max_disk_bytes, limits.applied is not None, unsaid),
         seccomp=filtered,
         network={"proxy": "loopback only + proxy", "none": "none", "host": "host"}[limits.network],
         writable=writable,
         bwrap=f"{facts.bwrap} {version} ({facts.bwrap_source})" if facts.bwrap else "none",
         summary="",
     )
-    return replace(built, summary=sentence(built, limits.network, started=started))
+    return replace(built, summary=sentence(built, limits, started=started))
+
+
+def _disk(limit: int | None, ran: bool, unsaid: str) -> Protection:
+    if limit is None:
+        return Protection(False, "no disk limit was asked for")
+    if not ran:  # the supervisor measures only once the agent runs
+        return Protection(False, unsaid)
+    every = f"every {DISK_EVERY_S:g} s or more; each file counts at least 4 KiB"
+    return Protection(
+        True, f"{size(limit)}, workspace, HOME and /tmp together (measured by Baton's supervisor {every})"
+    )
 
 
 _NETWORK = {
@@ -453,25 +468,21 @@ _NETWORK = {
 }
 
 
-def sentence(box: BoxReport, network: str, *, started: bool = True) -> str:
+def sentence(box: BoxReport, limits: Limits, *, started: bool = True) -> str:
     """The box in one line for the status comment, e.g. "network: only Baton's egress proxy and
-    model gateway; memory 4 GiB (cgroup); processes 1024; disk 10 GiB; seccomp on"."""
+    model gateway; memory 4 GiB (cgroup); processes 1024; disk 10 GiB; seccomp on": the figures
+    asked for, each only where the report says it held."""
     if not started:
         return "the box was never started"
-    memory = box.memory_limit
-    parts = [_NETWORK.get(network, f"network: {network}")]
-    if memory.in_force:
-        held = "cgroup" if "cgroup v2 memory.max" in memory.detail else "supervisor"
-        parts.append(f"memory {memory.detail.split(' (', 1)[0]} ({held})")
-    else:
-        parts.append("memory: no limit")
-    limit = box.process_limit
-    parts.append(f"processes {limit.detail.split(' (', 1)[0]}" if limit.in_force else "processes: no limit")
-    parts.append(
-        f"disk {box.disk_limit.detail.split(',', 1)[0]}" if box.disk_limit.in_force else "disk: no limit"
-    )
-    parts.append("seccomp on" if box.seccomp.in_force else "seccomp off")
-    return "; ".join(parts)
+    memory, processes, disk = limits.memory_bytes, limits.max_processes, limits.max_disk_bytes
+    return "; ".join([
+        _NETWORK.get(limits.network, f"network: {limits.network}"),
+        f"memory {size(memory)} ({limits.memory_held})" if box.memory_limit.in_force and memory
+        else "memory: no limit",
+        f"processes {processes}" if box.process_limit.in_force and processes else "processes: no limit",
+        f"disk {size(disk)}" if box.disk_limit.in_force and disk else "disk: no limit",
+        "seccomp on" if box.seccomp.in_force else "seccomp off",
+    ])  # fmt: skip
 
 
 def wait_in_syscall(pid: int, name: str, first_arg: int | None, wait_s: float) -> bool:
