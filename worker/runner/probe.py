@@ -462,15 +462,16 @@ def _disk(limit: int | None, ran: bool, unsaid: str) -> Protection:
 
 
 _NETWORK = {
-    "proxy": "network: only Baton's egress proxy and model gateway",
+    "proxy": "network: only the egress proxy and the model gateway",
     "none": "network: none",
-    "host": "network: the worker's own (no cut-off on this machine)",
+    "host": "network: shared with the worker (no cut-off on this machine)",
 }
 
 
 def sentence(box: BoxReport, limits: Limits, *, started: bool = True) -> str:
-    """The box in one line for the status comment, e.g. "network: only Baton's egress proxy and
-    model gateway; memory 4 GiB (cgroup); processes 1024; disk 10 GiB; seccomp on": the figures
+    """The box in one line for the status comment, e.g. "network: only the egress proxy and the
+    model gateway; memory 4 GiB (cgroup); processes 1024; disk 10 GiB; seccomp on" (plain words,
+    which the status comment shows as they are): the figures
     asked for, each only where the report says it held."""
     if not started:
         return "the box was never started"

@@ -7,6 +7,7 @@ import dataclasses
 import redis
 
 from worker import receipts
+from worker.runner.probe import _NETWORK  # the box's wordings, one per network
 from worker.runs import cancel, report
 from worker.runs.record import Record
 
@@ -164,3 +165,10 @@ def test_a_fronted_tunnel_the_proxy_refused_is_named_with_its_reason_in_the_stat
     assert isinstance(egress_claim, dict)
     refused = {"host": "allowed.example", "port": 443, "allowed": False, "connections": 1}
     assert egress_claim["hosts"] == [{**refused, "reasons": ["sni-mismatch"]}]
+
+
+def test_every_sentence_the_box_writes_is_shown_as_plain_text() -> None:
+    """The box's own words need no quoting: each network wording, with every limit, reads as prose."""
+    for network in _NETWORK.values():
+        said = f"{network}; memory 4 GiB (supervisor); processes 1024; disk 10 GiB; seccomp on"
+        assert report.box_summary({"summary": said}) == said
