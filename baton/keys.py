@@ -128,6 +128,12 @@ REDELIVERY_GUID_PREFIX = "baton:redelivery:guid:"
 #: A set of GUIDs given up (counted once); worker.redeliver; GitHub's 3 days + 1.
 REDELIVERY_GIVEN_UP_KEY = "baton:redelivery:given-up"
 
+# -- Replication (baton.redis_client).
+
+#: A counter each replication check increments before its `WAIT`, so the check's connection has a
+#: write of its own to wait for (WAIT counts per connection); baton.redis_client; no TTL.
+REPLICATION_MARK_KEY = "baton:replication-mark"
+
 # -- Probes.
 
 #: + a random hex: `baton doctor`'s test write, deleted at once; worker.commands.doctor; 10 s.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from baton import redis_client
 from baton.errors import ConfigError
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, SigningKey, read_keys
@@ -37,13 +38,15 @@ KNOWN: dict[str, str] = {
     "PRIVATE_KEY": "the App's PEM private key (or use PRIVATE_KEY_PATH)",
     "PRIVATE_KEY_PATH": "path to the App's PEM private key",
     "WEBHOOK_SECRET": "webhook secret; several, comma-separated, while rotating",
-    "REDIS_URL": "redis://, rediss:// or unix:// URL; unset starts an embedded server",
+    "REDIS_URL": "redis://, rediss://, unix:// or redis+sentinel:// URL; unset starts an embedded server",
     "GITHUB_API_URL": "REST API root (GitHub Enterprise Server: https://HOST/api/v3)",
     "LOG_LEVEL": "one of " + ", ".join(LOG_LEVELS),
     "HOST": "address `baton serve` binds (default 127.0.0.1)",
     "PORT": "port `baton serve` binds (default 3000)",
     "BATON_MAX_BODY_BYTES": "largest webhook body accepted, in bytes (default 25 MiB)",
     "BATON_REDIS_TIMEOUT": "seconds to wait for Redis before answering 503 (default 2)",
+    "BATON_REDIS_REPLICAS": "replicas that must hold a delivery, publication or log entry first (default 0)",
+    "BATON_REDIS_FAILOVER_WAIT": "seconds workers and commands wait for a new Redis primary (default 60)",
     "BATON_AGENT_WORKERS": "agent-run worker processes started by `baton worker` (default 1)",
     "BATON_METRICS_PORT": "serve /metrics on HOST at this port only, not on PORT (default: on PORT)",
     "BATON_METRICS_TOKEN": "require `Authorization: Bearer <token>` for /metrics (16+ characters)",
@@ -75,13 +78,17 @@ _PROVIDER = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` query) shown as ``***``."""
+    """``url`` with its passwords (in the authority, a ``password=`` or ``sentinel_password=`` query)
+    shown as ``***``. A Sentinel URL's authority lists several hosts, which ``urlsplit`` cannot
+    parse, so the userinfo is cut off by hand."""
     parts = urlsplit(url)
     netloc = parts.netloc
-    if parts.password is not None:
-        userinfo, _, hostport = netloc.rpartition("@")
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
         netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    elif at and userinfo:  # "secret@host": a bare password
+        netloc = f"***@{hostport}"
+    query = re.sub(r"(?i)(^|&)((?:sentinel_)?password=)[^&]*", r"\1\2***", parts.query)
     return parts._replace(netloc=netloc, query=query).geturl()
 
 
@@ -97,6 +104,11 @@ class Settings:
     port: int = 3000
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     redis_timeout: float = 2.0
+    #: Replicas that must confirm a write before Baton acknowledges it (a delivery's 2xx, a
+    #: publication on GitHub, a transparency-log entry); 0: the primary's word is enough.
+    redis_replicas: int = 0
+    #: How long workers and commands ride out a lost primary (a failover) before they exit.
+    redis_failover_wait: float = 60.0
     agent_workers: int = 1
     metrics_port: int | None = None  # /metrics on its own port (and not on ``port``)
     metrics_token: str | None = field(default=None, repr=False)
@@ -188,8 +200,11 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     secrets = tuple(s.strip().encode() for s in (get("WEBHOOK_SECRET") or "").split(",") if s.strip())
 
     redis_url = get("REDIS_URL")
-    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("bad-setting", "REDIS_URL must start with redis://, rediss:// or unix://")
+    if redis_url is not None:
+        try:
+            redis_client.check_url(redis_url)
+        except ValueError as exc:
+            raise ConfigError("bad-setting", str(exc)) from None
 
     api_url = (get("GITHUB_API_URL") or DEFAULT_GITHUB_API_URL).rstrip("/")
     if not api_url.startswith(("https://", "http://")):
@@ -225,6 +240,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         port=port,
         max_body_bytes=_int(get, "BATON_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1, 1 << 31),
         redis_timeout=_float(get, "BATON_REDIS_TIMEOUT", 2.0, 0.05, 30.0),
+        redis_replicas=_int(get, "BATON_REDIS_REPLICAS", 0, 0, 16),
+        redis_failover_wait=_float(get, "BATON_REDIS_FAILOVER_WAIT", 60.0, 0.0, 3600.0),
         agent_workers=_int(get, "BATON_AGENT_WORKERS", 1, 0, 64),
         metrics_port=metrics_port,
         metrics_token=metrics_token,

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from baton import queues, records
 from baton.logs import DeliveryLog
+from baton.redis_client import connect_async
 from baton.settings import Settings, bearer_matches
 from bot.enqueue import Enqueuer
 from bot.evidence import EvidenceEndpoints
@@ -39,15 +40,9 @@ CLIENT_NAME = "baton-serve"
 
 
 def redis_client(url: str, timeout: float) -> aioredis.Redis:
-    """A client whose every wait is bounded by ``timeout`` (no unbounded retries)."""
-    return aioredis.Redis.from_url(
-        url,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry_on_timeout=False,
-        retry=None,
-        client_name=CLIENT_NAME,
-    )
+    """A client whose every wait is bounded by ``timeout`` (no unbounded retries), for the current
+    primary (``baton.redis_client``: a plain URL or a Sentinel set)."""
+    return connect_async(url, timeout=timeout, name=CLIENT_NAME)
 
 
 async def redis_gauges(client: aioredis.Redis, timeout: float) -> RedisGauges:

@@ -14,14 +14,13 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 
-import redis
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from baton import codes
+from baton import codes, redis_client
 from baton.errors import BatonError
 from baton.settings import Settings, bearer_matches
 from evidence import links, merkle
@@ -82,16 +81,7 @@ class EvidenceEndpoints:
 
     def __init__(self, settings: Settings, redis_url: str | None) -> None:
         self.settings = settings
-        self.client = (
-            redis.Redis.from_url(
-                redis_url,
-                socket_timeout=settings.redis_timeout,
-                socket_connect_timeout=settings.redis_timeout,
-                retry_on_timeout=False,
-            )
-            if redis_url
-            else None
-        )
+        self.client = redis_client.connect(redis_url, timeout=settings.redis_timeout) if redis_url else None
 
     def routes(self) -> list[Route]:
         return [

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import redis
 
-from baton import settings
+from baton import redis_client, settings
 from baton.errors import ConfigError
 from worker.github.client import AppCredentials, GitHubApp
 from worker.receipts import Signer
@@ -59,6 +59,8 @@ class Context:
 
 
 _redis_url: str | None = None
+#: How long a worker waits for one Redis reply before it counts the connection as lost.
+WORKER_REDIS_TIMEOUT_S = 10.0
 
 
 def configure(redis_url: str | None) -> None:
@@ -89,7 +91,11 @@ def fresh(redis_url: str) -> Context:
     """A context of its own (never shared): the worker's main process uses one, so the job
     processes it forks never inherit its connections through ``build``'s cache."""
     config = settings.load()
-    connection = redis.Redis.from_url(redis_url)
+    # Every wait bounded (a frozen Redis costs a command WORKER_REDIS_TIMEOUT_S, then it is retried),
+    # and a failover followed for as long as the operator allows.
+    connection = redis_client.connect(
+        redis_url, timeout=WORKER_REDIS_TIMEOUT_S, failover_wait=config.redis_failover_wait
+    )
     app = None
     if config.app_id and config.private_key:
         credentials = AppCredentials(config.app_id, config.private_key, config.github_api_url)

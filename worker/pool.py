@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from baton import queues
+from baton import queues, redis_client
 from worker import context
 from worker.rqworker import BatonWorker, InProcessWorker
 
@@ -68,16 +67,22 @@ def worker_class(queue_names: Sequence[str]) -> type[BatonWorker]:
     return InProcessWorker if set(queue_names) <= set(SHORT_QUEUES) else BatonWorker
 
 
-def work(redis_url: str, queue_names: Sequence[str], *, burst: bool = False) -> int:
-    """Run one RQ worker in this process until told to stop (or, in burst mode, until idle)."""
+def work(
+    redis_url: str, queue_names: Sequence[str], *, burst: bool = False, failover_wait: float = 60.0
+) -> int:
+    """Run one RQ worker in this process until told to stop (or, in burst mode, until idle).
+
+    Its connection follows a Redis failover for up to ``failover_wait`` seconds; a worker whose
+    primary stays lost past that has said so in its log, and exits 1 for its platform to restart it."""
     context.configure(redis_url)
-    connection = redis.Redis.from_url(redis_url)
+    # No socket timeout of ours: RQ sets one just longer than its blocking dequeue.
+    connection = redis_client.connect(redis_url, failover_wait=failover_wait)
     rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
     worker = worker_class(queue_names)(rq_queues, connection=connection, serializer=JSONSerializer)
     worker.work(
         burst=burst, with_scheduler=False, logging_level=logging.getLevelName(log.getEffectiveLevel())
     )
-    return 0
+    return 1 if redis_client.gave_up() is not None else 0
 
 
 def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:

@@ -58,6 +58,7 @@ STORED = {
     "REDELIVERY_GUID_PREFIX": "baton:redelivery:guid:",
     "REDELIVERY_GIVEN_UP_KEY": "baton:redelivery:given-up",
     "DOCTOR_PROBE_PREFIX": "baton:doctor:",
+    "REPLICATION_MARK_KEY": "baton:replication-mark",
 }
 
 

@@ -35,7 +35,7 @@ import yaml
 from githubkit import AppAuthStrategy, GitHub
 from githubkit.exception import GitHubException, RequestFailed
 
-from baton import envfile, keys, records, redis_server, settings
+from baton import envfile, keys, records, redis_client, redis_server, settings
 from baton.errors import BatonError
 from worker import context
 from worker.commands import _doctor_checks as judge
@@ -151,9 +151,8 @@ def gather_redis(config: settings.Settings) -> judge.RedisFacts:
         except BatonError:
             return judge.RedisFacts(where="", configured=False)
         where = f"the embedded server of the `baton serve` here ({settings.redact_url(url)})"
-    where = where or settings.redact_url(url)
-    timeout = config.redis_timeout
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    where = where or redis_client.describe(url)
+    client = redis_client.connect(url, timeout=config.redis_timeout)
     try:
         return _ask_redis(client, where)
     finally:

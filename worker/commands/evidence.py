@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import redis
 
-from baton import envfile, redis_server, settings
+from baton import envfile, redis_client, redis_server, settings
 from baton.errors import ConfigError
 from evidence.audit import AuditChain, derive_key, installations
 from evidence.errors import EvidenceError
@@ -120,7 +120,7 @@ def _settings() -> settings.Settings:
 
 def _client(config: settings.Settings) -> redis.Redis:
     url = config.redis_url or redis_server.discover()  # as `baton worker` finds it
-    return redis.Redis.from_url(url, socket_timeout=10)
+    return redis_client.connect(url, timeout=10, failover_wait=config.redis_failover_wait)
 
 
 def _secret(config: settings.Settings) -> bytes:

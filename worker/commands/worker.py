@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(config.log_level)
     url = config.redis_url or redis_server.discover()
     if args.queues:
-        return pool.work(url, pool.parse_queues(args.queues), burst=args.burst)
+        return pool.work(
+            url, pool.parse_queues(args.queues), burst=args.burst, failover_wait=config.redis_failover_wait
+        )
     if args.burst:  # burst is about the queues, not the pools: one worker drains them all, then exits
-        return pool.work(url, pool.BURST_QUEUES, burst=True)
+        return pool.work(url, pool.BURST_QUEUES, burst=True, failover_wait=config.redis_failover_wait)
     return pool.supervise(url, pool.default_pools(config.agent_workers), config.log_level)
