@@ -119,8 +119,8 @@ ENTRIES = (
          "Check Redis's memory and persistence (it refused a write); the log has its answer."),
     Code("redis-timeout", "Baton could not store this event; GitHub will be asked to deliver it again.",
          "Check Redis's load and latency; it did not confirm a write in time."),
-    Code("redis-not-replicated", "Baton could not store this event safely; GitHub will be asked to deliver "
-         "it again.", "Check the Redis replicas (`INFO replication` on the primary): fewer than "
+    Code("redis-not-replicated", "Baton could not confirm that its Redis replicas hold this step, so it "
+         "went no further.", "Check the Redis replicas (`INFO replication` on the primary): fewer than "
          "BATON_REDIS_REPLICAS confirmed the write in time."),
     Code("redis-no-primary", f"Baton lost its Redis primary and did not find a new one in time. {_LOG}",
          "Check Redis and its Sentinels; the process exits so its platform restarts it. "

@@ -192,10 +192,10 @@ class FailoverRetry(Retry):
                     fail(error)
                 now = time.monotonic()
                 first = now if first is None else first
-                pause = self._backoff.compute(failures)
-                if now + pause - first > self.failover_wait:
+                left = first + self.failover_wait - now
+                if left <= 0:
                     raise _gave_up(self.where, self.failover_wait, error) from error
-                time.sleep(pause)
+                time.sleep(min(self._backoff.compute(failures), left))
 
 
 class NoPrimary(RedisUnavailable):
@@ -209,7 +209,7 @@ def _gave_up(where: str, waited: float, error: BaseException) -> NoPrimary:
     found = NoPrimary(
         "redis-no-primary",
         f"no Redis primary answered at {where} for {waited:g}s (BATON_REDIS_FAILOVER_WAIT); last error: "
-        f"{error}. This process exits so that its platform starts it again.",
+        f"{str(error).rstrip('.')}. This process exits so that its platform starts it again.",
     )
     log.error(found.message)
     _gave_up_with.append(found)
@@ -250,9 +250,10 @@ def connect(
     manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, timeout), **_node_kwargs(target)
     )
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
-        target.service, redis_class=redis.Redis, **common
+    client: _SentinelClient = manager.master_for(  # type: ignore[no-untyped-call]
+        target.service, redis_class=_SentinelClient, **common
     )
+    client.sentinel_manager = manager
     return client
 
 
@@ -273,8 +274,33 @@ def connect_async(url: str, *, timeout: float, name: str | None = None) -> aiore
     manager = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, timeout), **_node_kwargs(target)
     )
-    client: aioredis.Redis = manager.master_for(target.service, redis_class=aioredis.Redis, **common)
+    client: _AsyncSentinelClient = manager.master_for(
+        target.service, redis_class=_AsyncSentinelClient, **common
+    )
+    client.sentinel_manager = manager
     return client
+
+
+class _SentinelClient(redis.Redis):
+    """A primary's client that also closes its connections to the Sentinels when it is closed."""
+
+    sentinel_manager: redis.sentinel.Sentinel | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.sentinel_manager is not None:
+            self.sentinel_manager.close()
+
+
+class _AsyncSentinelClient(aioredis.Redis):
+    """The same for the web side's asyncio client."""
+
+    sentinel_manager: aiosentinel.Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinel_manager is not None:
+            await self.sentinel_manager.aclose()
 
 
 def _node_kwargs(target: SentinelTarget) -> dict[str, Any]:
@@ -330,6 +356,22 @@ def client_name_allowed(url: str, timeout: float | None) -> bool:
 
 class NotReplicated(RedisUnavailable):
     """Fewer replicas than ``BATON_REDIS_REPLICAS`` confirmed a write within the timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """What ``BATON_REDIS_REPLICAS`` asks of a write Baton acknowledges: ``required`` replicas within
+    ``timeout`` seconds (``BATON_REDIS_TIMEOUT``). ``required`` 0 asks nothing and costs nothing."""
+
+    required: int = 0
+    timeout: float = 2.0
+
+    def confirm(self, client: redis.Redis, what: str) -> None:
+        """Return once enough replicas hold everything written so far; else raise NotReplicated."""
+        await_replicas(client, self.required, self.timeout, what)
+
+
+NO_REPLICAS = Replication()
 
 
 def await_replicas(client: redis.Redis, required: int, timeout: float, what: str) -> None:

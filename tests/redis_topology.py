@@ -2,21 +2,30 @@
 replicas and the Sentinels that watch them, each a `redis-server` process of its own.
 
 Sentinel is told to act fast (a primary is down after ``DOWN_AFTER_MS``), so a failover takes a
-second or two rather than Sentinel's default half-minute. Ports are chosen free and taken by the
-server itself; a server that finds its port taken meanwhile is started again on another.
+second or two rather than Sentinel's default half-minute. Ports are chosen free; a node that loses
+its fresh port to another process meanwhile is started again on another. Optionally the data nodes
+log in with an ACL user, the Sentinels have a password of their own, and everything speaks TLS
+(a CA made for the run: ``make_certs``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from baton.redis_server import free_port, server_binary
 
@@ -26,25 +35,108 @@ FAILOVER_TIMEOUT_MS = 5000
 START_S = 20.0
 
 
+@dataclass(frozen=True)
+class Security:
+    """How the nodes are reached: an ACL user (or the default user) with a password, a password of
+    the Sentinels' own, and TLS with the certificates in ``tls`` (see ``make_certs``)."""
+
+    user: str | None = None
+    password: str | None = None
+    sentinel_password: str | None = None
+    tls: Path | None = None
+
+    def client_kwargs(self, *, sentinel: bool) -> dict[str, object]:
+        found: dict[str, object] = {}
+        if sentinel:
+            if self.sentinel_password:
+                found["password"] = self.sentinel_password
+        else:
+            if self.user:
+                found["username"] = self.user
+            if self.password:
+                found["password"] = self.password
+        if self.tls is not None:
+            found.update(ssl=True, ssl_ca_certs=str(self.tls / "ca.crt"))
+        return found
+
+    def node_lines(self) -> list[str]:
+        lines = []
+        if self.user:
+            lines += [f"user {self.user} on >{self.password} ~* &* +@all", "user default off",
+                      f"masteruser {self.user}", f"masterauth {self.password}"]  # fmt: skip
+        elif self.password:
+            lines += [f"requirepass {self.password}", f"masterauth {self.password}"]
+        return lines + self._tls_lines()
+
+    def sentinel_lines(self) -> list[str]:
+        lines = []
+        if self.user:
+            lines.append(f"sentinel auth-user {SERVICE} {self.user}")
+        if self.password:
+            lines.append(f"sentinel auth-pass {SERVICE} {self.password}")
+        if self.sentinel_password:
+            lines += [
+                f"requirepass {self.sentinel_password}",
+                f"sentinel sentinel-pass {self.sentinel_password}",
+            ]
+        return lines + self._tls_lines()
+
+    def _tls_lines(self) -> list[str]:
+        if self.tls is None:
+            return []
+        files = [f"tls-cert-file {self.tls / 'server.crt'}", f"tls-key-file {self.tls / 'server.key'}",
+                 f"tls-ca-cert-file {self.tls / 'ca.crt'}"]  # fmt: skip
+        return [*files, "tls-replication yes", "tls-auth-clients no"]
+
+
+def make_certs(directory: Path) -> Path:
+    """A CA and a server certificate for 127.0.0.1 and localhost, made now (never committed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "baton test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    pem = serialization.Encoding.PEM
+    (directory / "ca.crt").write_bytes(ca.public_bytes(pem))
+    (directory / "server.crt").write_bytes(cert.public_bytes(pem))
+    (directory / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return directory
+
+
 @dataclass
 class Node:
     """One redis-server (a data node or a Sentinel), restartable on its own port and directory."""
 
     directory: Path
     sentinel: bool = False
-    password: str | None = None
-    lines: list[str] = field(default_factory=list)  # the configuration, beyond port and dir
+    security: Security = field(default_factory=Security)
+    lines: list[str] = field(default_factory=list)  # the configuration, beyond port, dir and security
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.port)
-
     def client(self, timeout: float = 2.0) -> redis.Redis:
-        password = None if self.sentinel else self.password
-        return redis.Redis("127.0.0.1", self.port, password=password, socket_timeout=timeout,
-                           socket_connect_timeout=timeout)  # fmt: skip
+        extra = self.security.client_kwargs(sentinel=self.sentinel)
+        return redis.Redis("127.0.0.1", self.port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                           **extra)  # type: ignore[arg-type]  # fmt: skip
 
     def start(self) -> None:
         """Start (or start again, on the same port once it has one) and wait until it answers."""
@@ -54,12 +146,15 @@ class Node:
             if fresh:
                 self.port = free_port()
             config = self.directory / ("sentinel.conf" if self.sentinel else "redis.conf")
-            if not self.sentinel or not config.exists():  # a Sentinel rewrites its own file: keep it
-                body = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.directory}", "save ''",
-                        "appendonly yes", "appendfsync everysec", *self.lines]  # fmt: skip
-                if self.sentinel:
-                    body = [f"port {self.port}", "bind 127.0.0.1", f"dir {self.directory}", *self.lines]
-                config.write_text("\n".join(body) + "\n")
+            if fresh or not self.sentinel:  # a Sentinel rewrites its own file as it learns: keep it
+                tls = self.security.tls is not None
+                listen = [f"port {0 if tls else self.port}"] + ([f"tls-port {self.port}"] if tls else [])
+                body = [*listen, "bind 127.0.0.1", f"dir {self.directory}"]
+                if not self.sentinel:
+                    body += ["save ''", "appendonly yes", "appendfsync everysec", *self.security.node_lines()]
+                else:
+                    body += self.security.sentinel_lines()
+                config.write_text("\n".join([*body, *self.lines]) + "\n")
             argv = [server_binary(), str(config)] + (["--sentinel"] if self.sentinel else [])
             with (self.directory / "server.log").open("ab") as out:
                 self.proc = subprocess.Popen(argv, stdout=out, stderr=out)
@@ -107,6 +202,15 @@ class Node:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def role(self) -> str | None:
+        client = self.client(timeout=1.0)
+        try:
+            return str(client.info("replication").get("role"))
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
 
 @dataclass
 class Topology:
@@ -115,18 +219,17 @@ class Topology:
     directory: Path
     replicas: int = 2
     sentinels: int = 3
-    password: str | None = None
+    security: Security = field(default_factory=Security)
     data: list[Node] = field(default_factory=list)
     watchers: list[Node] = field(default_factory=list)
 
     def start(self) -> Topology:
-        auth = [f"requirepass {self.password}", f"masterauth {self.password}"] if self.password else []
-        primary = Node(self.directory / "node-0", password=self.password, lines=list(auth))
+        primary = Node(self.directory / "node-0", security=self.security)
         primary.start()
         self.data = [primary]
         for n in range(self.replicas):
-            replica = Node(self.directory / f"node-{n + 1}", password=self.password,
-                           lines=[*auth, f"replicaof 127.0.0.1 {primary.port}"])  # fmt: skip
+            replica = Node(self.directory / f"node-{n + 1}", security=self.security,
+                           lines=[f"replicaof 127.0.0.1 {primary.port}"])  # fmt: skip
             replica.start()
             self.data.append(replica)
         self.wait_replicas(self.replicas)
@@ -135,14 +238,13 @@ class Topology:
                      f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                      f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
                      f"sentinel parallel-syncs {SERVICE} {max(1, self.replicas)}"]  # fmt: skip
-            if self.password:
-                lines.append(f"sentinel auth-pass {SERVICE} {self.password}")
-            watcher = Node(self.directory / f"sentinel-{n}", sentinel=True, lines=lines)
+            watcher = Node(
+                self.directory / f"sentinel-{n}", sentinel=True, security=self.security, lines=lines
+            )
             watcher.start()
             self.watchers.append(watcher)
-        self.wait_for(
-            lambda: all(self._sees_all(w) for w in self.watchers), 30, "the Sentinels to see every node"
-        )
+        everyone = "the Sentinels to see every node"
+        self.wait_for(lambda: all(self._sees_all(w) for w in self.watchers), 30, everyone)
         return self
 
     def _sees_all(self, watcher: Node) -> bool:
@@ -158,9 +260,19 @@ class Topology:
 
     @property
     def url(self) -> str:
+        """REDIS_URL for Baton: the Sentinel set, the data nodes' login, the Sentinels' own."""
+        sec = self.security
         hosts = ",".join(f"127.0.0.1:{w.port}" for w in self.watchers)
-        auth = f":{self.password}@" if self.password else ""
-        return f"redis+sentinel://{auth}{hosts}/{SERVICE}/0"
+        auth = ""
+        if sec.password:
+            auth = f"{quote(sec.user or '', safe='')}:{quote(sec.password, safe='')}@"
+        query = []
+        if sec.sentinel_password:
+            query.append(f"sentinel_password={quote(sec.sentinel_password, safe='')}")
+        if sec.tls is not None:
+            query.append(f"ssl_ca_certs={quote(str(sec.tls / 'ca.crt'), safe='/')}")
+        scheme = "rediss+sentinel" if sec.tls is not None else "redis+sentinel"
+        return f"{scheme}://{auth}{hosts}/{SERVICE}/0" + ("?" + "&".join(query) if query else "")
 
     def primary(self) -> Node:
         """The node the Sentinels name as primary now (asking each until one answers)."""
@@ -179,12 +291,12 @@ class Topology:
                     return node
         raise RuntimeError("no Sentinel names a primary")
 
-    def direct_client(self) -> redis.Redis:
-        return self.primary().client()
-
     def wait_replicas(self, count: int, timeout: float = 30) -> None:
+        """Until the primary has ``count`` replicas online."""
+
         def synced() -> bool:
-            client = self.data[0].client() if not self.watchers else self.direct_client()
+            node = self.data[0] if not self.watchers else self.primary()
+            client = node.client()
             try:
                 info = client.info("replication")
             except redis.RedisError:
@@ -204,22 +316,13 @@ class Topology:
                 node = self.primary()
             except RuntimeError:
                 return False
-            if node is old:
-                return False
-            client = node.client()
-            try:
-                return client.info("replication").get("role") == "master"
-            except redis.RedisError:
-                return False
-            finally:
-                client.close()
+            return node is not old and node.role() == "master"
 
         self.wait_for(promoted, timeout, "Sentinel to promote a replica")
         return self.primary()
 
     @staticmethod
-    def wait_for(predicate: object, timeout: float, what: str) -> None:
-        assert callable(predicate)
+    def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
@@ -233,9 +336,9 @@ class Topology:
 
 @contextlib.contextmanager
 def topology(
-    directory: Path, *, replicas: int = 2, sentinels: int = 3, password: str | None = None
+    directory: Path, *, replicas: int = 2, sentinels: int = 3, security: Security | None = None
 ) -> Iterator[Topology]:
-    setup = Topology(directory, replicas=replicas, sentinels=sentinels, password=password)
+    setup = Topology(directory, replicas=replicas, sentinels=sentinels, security=security or Security())
     try:
         yield setup.start()
     finally:

@@ -48,6 +48,8 @@ class Context:
     redeliver_4xx: bool = False
     #: Does this machine's box filter the agent's system calls (the probe)? The gate's ``seccomp`` fact.
     seccomp: bool = False
+    #: BATON_REDIS_REPLICAS: the replicas that must hold a publication or a log entry before it leaves.
+    replication: redis_client.Replication = redis_client.NO_REPLICAS
 
     def need_github(self) -> GitHubApp:
         if self.github is None:
@@ -106,7 +108,13 @@ def fresh(redis_url: str) -> Context:
     return Context(connection, app, int(config.app_id) if config.app_id else None, config.require_org_policy,
                    box.probe().network_cutoff, config.data_dir, config.agent_routes,
                    model_upstreams(config), model_prices(config), signer, config.redelivery_interval_s,
-                   config.redeliver_4xx, seccomp=box.probe().seccomp)  # fmt: skip
+                   config.redeliver_4xx, seccomp=box.probe().seccomp,
+                   replication=replication(config))  # fmt: skip
+
+
+def replication(config: settings.Settings) -> redis_client.Replication:
+    """BATON_REDIS_REPLICAS, each confirmation waited for up to BATON_REDIS_TIMEOUT."""
+    return redis_client.Replication(config.redis_replicas, config.redis_timeout)
 
 
 def model_upstreams(config: settings.Settings) -> Mapping[str, str]:

@@ -207,7 +207,7 @@ def publish_now(ctx: Context, task_id: str) -> str:
     """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
     if ctx.github is None:
         return "not published: the worker has no App credentials"
-    done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id))
+    done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
 
 

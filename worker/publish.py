@@ -40,6 +40,7 @@ from githubkit import GitHub
 
 from baton import keys, records
 from baton.errors import BatonError
+from baton.redis_client import NO_REPLICAS, Replication
 from baton.tasks import Task
 from worker import audit, keepalive, locks
 from worker.context import Context
@@ -148,10 +149,18 @@ def _find(gh: GitHub[Any], pub: Publication, run: CheckRunEnd) -> int | None:
     return api.check_run_by_external_id(gh, pub.full_name, run.head_sha, run.name, pub.task_id)
 
 
-def publisher(app: GitHubApp, cache: redis.Redis, app_id: int | None) -> Callable[[Publication], str]:
-    """``perform`` bound to one App and Redis: what the outbox calls for each publication."""
+def publisher(
+    app: GitHubApp, cache: redis.Redis, app_id: int | None, replication: Replication = NO_REPLICAS
+) -> Callable[[Publication], str]:
+    """``perform`` bound to one App and Redis: what the outbox calls for each publication.
+
+    Nothing is said on GitHub about a task until BATON_REDIS_REPLICAS replicas hold its final state
+    (and the log entries of its receipts, written before it): a primary that dies unreplicated must
+    not take with it the only record of what GitHub was told. Until they do, the attempt fails and
+    the outbox tries again with back-off."""
 
     def act(pub: Publication) -> str:
+        replication.confirm(cache, f"the publication of task {pub.task_id}")
         return perform(app, cache, pub, app_id)
 
     return act

@@ -28,6 +28,7 @@ import orjson
 import redis
 
 from baton.errors import BatonError, ConfigError
+from baton.redis_client import NO_REPLICAS, Replication
 from evidence import dsse, links, statement
 from evidence.encoding import b64decode, b64encode
 from evidence.keys import SigningKey
@@ -125,12 +126,18 @@ def attest(
     subjects: Sequence[Subject],
     predicate_type: str,
     predicate: Mapping[str, object],
+    replication: Replication = NO_REPLICAS,
 ) -> Receipt:
-    """Sign the statement and append it to the installation's log (one Redis transaction)."""
+    """Sign the statement and append it to the installation's log (one Redis transaction).
+
+    The receipt is handed back only once BATON_REDIS_REPLICAS replicas hold its entry: a receipt
+    whose entry died with a primary would be a claim the log can no longer prove, and the next
+    entry written at its index on the new primary would fork the log under anyone holding it."""
     signer = need(signer)
     payload = statement.statement(subjects, predicate_type, predicate)
     envelope = dsse.sign(payload, signer.key)
     appended = Log(client, installation).append(entry_bytes(envelope), signer.key)
+    replication.confirm(client, f"the log entry {appended.index} of installation {installation}")
     log_entry: dict[str, object] = {
         "installation": installation,
         "logIndex": appended.index,

@@ -195,7 +195,9 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     requeue.lost_jobs(ctx.redis)
     published = 0
     if publish and ctx.github is not None:
-        published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id), stop=stop)
+        published = outbox.drain(
+            ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication), stop=stop
+        )
     jobs.seal_audit(ctx)
     if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
         redeliver.maybe_run(ctx)

@@ -282,7 +282,8 @@ def receipt(ctx: Context, task: Task, head: str, verdict: Verdict) -> receipts.R
             url=found.url or None,
         )
     return receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
-                           predicate_type=statement.TEST_RESULT, predicate=predicate)  # fmt: skip
+                           predicate_type=statement.TEST_RESULT, predicate=predicate,
+                           replication=ctx.replication)  # fmt: skip
 
 
 def signed_failure(ctx: Context, task: Task, end: CheckRunEnd) -> CheckRunEnd:

@@ -160,8 +160,8 @@ def _attest(
     predicate: Mapping[str, object],
 ) -> receipts.Receipt:
     """Sign one check run's receipt into the installation's log, and remember where it is."""
-    signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects,
-                             predicate_type=kind, predicate=predicate)  # fmt: skip
+    signed = receipts.attest(ctx.signer, ctx.redis, installation, subjects=subjects, predicate_type=kind,
+                             predicate=predicate, replication=ctx.replication)  # fmt: skip
     replay.remember_receipt(ctx.redis, task.id, check, installation, signed.index)
     audit.note(ctx.redis, installation, task.id, "signed", check=check, log_index=signed.index)
     return signed
