@@ -36,8 +36,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.sentinel as aiosentinel
+import redis.connection
 import redis.sentinel
+from redis.asyncio.connection import AbstractConnection as AsyncAbstractConnection
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError, ReadOnlyError, TimeoutError
 from redis.retry import Retry
 
@@ -250,8 +253,9 @@ def connect(
     manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, timeout), **_node_kwargs(target)
     )
+    following = _FollowingSSLConnection if target.tls else _FollowingConnection
     client: _SentinelClient = manager.master_for(  # type: ignore[no-untyped-call]
-        target.service, redis_class=_SentinelClient, **common
+        target.service, redis_class=_SentinelClient, connection_class=following, **common
     )
     client.sentinel_manager = manager
     return client
@@ -274,11 +278,58 @@ def connect_async(url: str, *, timeout: float, name: str | None = None) -> aiore
     manager = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, timeout), **_node_kwargs(target)
     )
+    following = _AsyncFollowingSSLConnection if target.tls else _AsyncFollowingConnection
     client: _AsyncSentinelClient = manager.master_for(
-        target.service, redis_class=_AsyncSentinelClient, **common
+        target.service, redis_class=_AsyncSentinelClient, connection_class=following, **common
     )
     client.sentinel_manager = manager
     return client
+
+
+class _FollowingConnection(redis.sentinel.SentinelManagedConnection):
+    """A connection to the primary that asks the Sentinels where it is every time it (re)connects.
+
+    redis-py's Sentinel connection looks the primary up only in ``connect()``, but since redis-py 8
+    a dropped connection reconnects through ``connect_check_health`` when its next command is sent
+    (and so within the client's own retries), which goes back to the address it had: the dead
+    primary, refused until the retries run out. Looking it up there too is what lets a worker
+    follow a failover."""
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if getattr(self, "_sock", None) is not None:  # connected already
+            return
+        if self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        AbstractConnection.connect_check_health(self, check_health, retry_socket_connect=False)
+
+    def connect_to(self, address: tuple[str, int]) -> None:
+        self.host, self.port = address
+        AbstractConnection.connect_check_health(self, self.connection_pool.check_connection, False)
+
+
+class _FollowingSSLConnection(_FollowingConnection, redis.connection.SSLConnection):
+    pass
+
+
+class _AsyncFollowingConnection(aiosentinel.SentinelManagedConnection):
+    """The same for the web side's asyncio connections."""
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if self.is_connected:
+            return
+        if self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await AsyncAbstractConnection.connect_check_health(self, check_health, retry_socket_connect=False)
+
+    async def connect_to(self, address: tuple[str, int]) -> None:
+        self.host, self.port = address
+        await AsyncAbstractConnection.connect_check_health(self, self.connection_pool.check_connection, False)
+
+
+class _AsyncFollowingSSLConnection(_AsyncFollowingConnection, aioredis.SSLConnection):
+    pass
 
 
 class _SentinelClient(redis.Redis):

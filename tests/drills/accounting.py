@@ -328,6 +328,8 @@ class _Accounting:
                          f"which has {size} entries")  # fmt: skip
         elif log.entries(index, index + 1)[0] != entry_bytes(envelope):
             self.problem(f"{what}: entry {index} of installation {installation}'s log is another receipt")
+        elif (fork := _forked(log, entry.get("checkpoint"))) is not None:
+            self.problem(f"{what}: installation {installation}'s log {fork}")
         else:
             self.report.receipts_checked += 1
 
@@ -339,3 +341,18 @@ class _Accounting:
         for head, numbers in sorted(self.report.pulls.items()):
             if len(numbers) > 1:
                 self.problem(f"branch {head}: {len(numbers)} pull requests {sorted(numbers)}")
+
+
+def _forked(log: Log, checkpoint: object) -> str | None:
+    """Does the log still have, at the receipt's tree size, the root its signed checkpoint names? A
+    log that lost entries and was written again (a primary lost unreplicated) would not."""
+    if not isinstance(checkpoint, dict):
+        return "receipt has no checkpoint"
+    size, root = checkpoint.get("treeSize"), checkpoint.get("rootHash")
+    if not isinstance(size, int) or not isinstance(root, str):
+        return "receipt's checkpoint has no treeSize or rootHash"
+    if size > log.size():
+        return f"has {log.size()} entries, fewer than the {size} the receipt's checkpoint signed"
+    if log.root(size).hex() != root:
+        return f"at size {size} has another root than the receipt's checkpoint signed: a fork"
+    return None

@@ -3,6 +3,7 @@ receiving its signed webhooks into the test Redis, and a worker context to run t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -87,16 +88,23 @@ class Stage:
         return [r for r in self.admin.requests() if r["method"] == method and r["path"].endswith(path_suffix)]
 
 
-def make_stage(tmp_path: Path, redis_url: str, rdb: redis.Redis, **world_kw: Any) -> Iterator[Stage]:
-    sock = listening_socket()
-    port = sock.getsockname()[1]
+def make_stage(
+    tmp_path: Path, redis_url: str, rdb: redis.Redis, *, front_port: int | None = None, **world_kw: Any
+) -> Iterator[Stage]:
+    """The stage; with ``front_port`` GitHub delivers to that port (`baton serve` processes the
+    caller runs behind it), else to Baton's app served here in a thread."""
+    sock = listening_socket() if front_port is None else None
+    port = front_port if sock is None else sock.getsockname()[1]
     with EmulatorServer(tmp_path / "github") as server, AdminClient(server.url) as admin:
         w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}", **world_kw)
         signer = Signer(SigningKey.generate(), secrets.token_hex(32).encode(), f"http://127.0.0.1:{port}")
         settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id),
                             signing_key=signer.key, audit_secret=signer.audit_secret,
                             public_url=signer.public_url)  # fmt: skip
-        with serve_app(create_app(settings, redis_url), sock):
+        served = (
+            serve_app(create_app(settings, redis_url), sock) if sock is not None else contextlib.nullcontext()
+        )
+        with served:
             app = GitHubApp(
                 AppCredentials(str(w.app_id), w.private_key, server.url), rdb, timeout=5, retry=FAST
             )
