@@ -10,6 +10,14 @@ What the chain cannot show on its own: that its tail was cut off. Save the head 
 `baton audit head` prints) somewhere the editor cannot write, and ``check_anchor`` later proves the
 chain still holds that entry unchanged, as a saved checkpoint does for the transparency log.
 
+A chain can also lose its tail honestly: Redis replicates asynchronously, so entries sealed on a
+primary that died before its replicas had them are gone from the replica promoted in its place.
+Reusing their numbers for other events would fork the chain under anyone who saw them, so a sealer
+that remembers a head the chain no longer reaches (``seal(known=...)``) first seals a ``chain-gap``
+entry: its event names the lost numbers, its ``seq`` continues after them, its ``prev`` is the last
+entry that survived, and its MAC covers all of it. ``verify`` accepts such a gap and names it
+(``survey().gaps``); an entry that skips numbers without naming them is broken.
+
 Redis keys (no TTLs):
     baton:audit:{installation}:pending   list of JSON events not yet sealed, oldest first
     baton:audit:{installation}:chain     list of sealed entries, canonical JSON
@@ -40,6 +48,8 @@ MAC_SIZE = 32
 GENESIS = bytes(MAC_SIZE)  # "prev" of entry 0
 PAGE = 1000
 MAX_TRIES = 100
+#: The event of an entry that names entries lost with a Redis primary (see the module docstring).
+GAP_EVENT = "chain-gap"
 INSTALLATIONS = "baton:audit:installations"
 KEY_INFO = b"baton/audit-chain/v1/installation/"
 
@@ -70,6 +80,28 @@ class Broken:
     seq: int
     position: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Entries ``first``..``last`` (by seq) were lost; entry ``named_by`` (the gap entry) says so."""
+
+    first: int
+    last: int
+    named_by: int
+
+    def describe(self) -> str:
+        lost = f"entry {self.first}" if self.first == self.last else f"entries {self.first} to {self.last}"
+        return f"{lost} lost with a Redis primary (named by entry {self.named_by})"
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What ``AuditChain.survey`` found: how many entries hold, the gaps they name, the first break."""
+
+    entries: int
+    gaps: tuple[Gap, ...]
+    broken: Broken | None
 
 
 def derive_key(master: bytes, installation: int) -> bytes:
@@ -175,19 +207,28 @@ class AuditChain:
 
     def head(self) -> tuple[int, bytes] | None:
         """(seq, mac) of the last sealed entry, to anchor elsewhere; None for an empty chain."""
-        last = self.client.lindex(self.chain_key, -1)
+        return self.tip_of(self.client.lindex(self.chain_key, -1))
+
+    def tip_of(self, last: bytes | str | None) -> tuple[int, bytes] | None:
+        """(seq, mac) of ``last``, the chain's last entry as read (None: the chain is empty)."""
         return None if last is None else self._tip(last)
 
     def check_anchor(self, seq: int, tag: bytes) -> str | None:
         """What is wrong with the chain against a head saved earlier (entry ``seq`` with MAC ``tag``),
-        or None. Run it after ``verify``: an intact chain can still have lost its tail."""
+        or None. Run it after ``verify``: an intact chain can still have lost its tail. A head that
+        falls in a named gap is reported as lost with its primary, not as a rewrite."""
+        gaps = self.survey().gaps
+        for gap in gaps:
+            if gap.first <= seq <= gap.last:
+                return f"the saved head (entry {seq}) is among the {gap.describe()}"
+        position = seq - sum(g.last - g.first + 1 for g in gaps if g.last < seq)
         length = self.length()
-        if length <= seq:
+        if length <= position:
             return (
                 f"the chain has {length} entries, but the saved head is entry {seq}: entries were cut off "
                 "its tail"
             )
-        raw = self.client.lindex(self.chain_key, seq)
+        raw = self.client.lindex(self.chain_key, position)
         try:
             found = bytes.fromhex(json.loads(raw or b"")["mac"])
         except (ValueError, KeyError, TypeError):
@@ -236,8 +277,12 @@ class AuditChain:
                 break
         return sealed
 
-    def seal(self, limit: int = PAGE) -> int:
+    def seal(self, limit: int = PAGE, *, known: tuple[int, bytes] | None = None) -> int:
         """Move up to ``limit`` pending events onto the chain; returns how many.
+
+        ``known`` is the newest head the caller saw on this chain (``head()``). If the chain no
+        longer reaches it (a Redis failover lost its tail), a gap entry naming the lost numbers is
+        sealed first, even with nothing pending, so the numbers are never given to other events.
 
         Only the chain key is WATCHed: pending only grows at its tail except by a sealer, and every
         sealer that trims it also pushes to the chain, so a concurrent seal aborts this one while a
@@ -254,10 +299,18 @@ class AuditChain:
                         read.lindex(self.chain_key, -1)
                         read.lrange(self.pending_key, 0, limit - 1)
                         last, raw_events = read.execute()
-                    if not raw_events:
-                        return 0
                     seq, prev = (-1, GENESIS) if last is None else self._tip(last)
                     sealed: list[bytes] = []
+                    if known is not None and known[0] > seq:
+                        lost = {"event": GAP_EVENT, "lost": [seq + 1, known[0]], "lostHead": known[1].hex()}
+                        event = canonical_json(lost)
+                        seq = known[0] + 1
+                        tag = _mac(self.key, prev, seq, event)
+                        sealed.append(_sealed(seq, prev, event, tag))
+                        prev = tag
+                    if not raw_events and not sealed:
+                        return 0
+                    gap = len(sealed)
                     for raw in raw_events:
                         seq += 1
                         event = _pending_event(raw)
@@ -266,9 +319,9 @@ class AuditChain:
                         prev = tag
                     pipe.multi()
                     pipe.rpush(self.chain_key, *sealed)
-                    pipe.ltrim(self.pending_key, len(sealed), -1)
+                    pipe.ltrim(self.pending_key, len(sealed) - gap, -1)
                     pipe.execute()
-                    return len(sealed)
+                    return len(sealed) - gap
                 except redis.WatchError:
                     time.sleep(random.uniform(0, 0.0002 * min(attempt + 1, 20)))  # noqa: S311 - jitter
         raise AuditError(
@@ -279,16 +332,24 @@ class AuditChain:
 
     def verify(self) -> Broken | None:
         """The first entry whose seq, prev link or MAC does not hold, or None. Reads only."""
-        prev, position = GENESIS, 0
+        return self.survey().broken
+
+    def survey(self) -> Survey:
+        """Walk the whole chain: how many entries hold, the gaps they name, and the first break."""
+        prev, position, seq = GENESIS, 0, 0
+        gaps: list[Gap] = []
         while True:
             page = self.client.lrange(self.chain_key, position, position + PAGE - 1)
             if not page:
-                return None
+                return Survey(position, tuple(gaps), None)
             for raw in page:
-                found = check_entry(self.key, raw, position, prev)
+                found = check_entry(self.key, raw, position, prev, seq=seq)
                 if isinstance(found, Broken):
-                    return found
-                prev = found
+                    return Survey(position, tuple(gaps), found)
+                prev = found.mac
+                if found.gap is not None:
+                    gaps.append(found.gap)
+                seq = found.seq + 1
                 position += 1
 
     def export(self, out: IO[str]) -> int:
@@ -302,10 +363,24 @@ class AuditChain:
             position += len(page)
 
 
-def check_entry(key: bytes, raw: bytes | str, position: int, prev: bytes) -> Broken | bytes:
-    """Check one sealed entry against its position and its predecessor's MAC; its MAC when it holds.
+@dataclass(frozen=True)
+class Checked:
+    """An entry that holds: its MAC (the next entry's ``prev``), its seq, and the gap it names."""
 
-    Public so an exported JSONL file can be checked line by line with the same rules."""
+    mac: bytes
+    seq: int
+    gap: Gap | None = None
+
+
+def check_entry(
+    key: bytes, raw: bytes | str, position: int, prev: bytes, *, seq: int | None = None
+) -> Broken | Checked:
+    """Check one sealed entry against the seq expected there (``seq``; its ``position`` in the
+    chain when no gap came before) and its predecessor's MAC.
+
+    An entry may skip seqs only if its event is a gap naming exactly the skipped ones. Public so
+    an exported JSONL file can be checked line by line with the same rules."""
+    expected_seq = position if seq is None else seq
     try:
         entry = json.loads(raw)
     except ValueError:
@@ -317,8 +392,11 @@ def check_entry(key: bytes, raw: bytes | str, position: int, prev: bytes) -> Bro
     seq = entry["seq"]
     if not isinstance(seq, int) or isinstance(seq, bool):
         return Broken(position, position, f"entry {position}: seq is not an integer")
-    if seq != position:
-        return Broken(seq, position, f"entry {position}: seq {seq} where {position} was expected")
+    gap = None
+    if seq != expected_seq:
+        gap = _named_gap(entry["event"], expected_seq, seq)
+        if gap is None:
+            return Broken(seq, position, f"entry {position}: seq {seq} where {expected_seq} was expected")
     if entry["prev"] != prev.hex():
         previous = "the genesis value (64 zeros)" if position == 0 else f"entry {position - 1}'s mac"
         return Broken(seq, position, f"entry {position}: prev does not match {previous}")
@@ -329,4 +407,14 @@ def check_entry(key: bytes, raw: bytes | str, position: int, prev: bytes) -> Bro
         return Broken(seq, position, f"entry {position}: event cannot be canonicalised")
     if not isinstance(tag, str) or not hmac.compare_digest(tag.encode(), expected.hex().encode()):
         return Broken(seq, position, f"entry {position}: MAC does not match (edited or wrong key)")
-    return expected
+    return Checked(expected, seq, gap)
+
+
+def _named_gap(event: object, expected: int, seq: int) -> Gap | None:
+    """The gap ``event`` names, if it is a gap entry naming exactly ``expected``..``seq - 1``."""
+    if not isinstance(event, dict) or event.get("event") != GAP_EVENT:
+        return None
+    lost = event.get("lost")
+    if lost != [expected, seq - 1] or seq <= expected:
+        return None
+    return Gap(expected, seq - 1, seq)

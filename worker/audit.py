@@ -11,11 +11,17 @@ alone.
 
 Events never hold a secret or a payload body: task ids, states, digests, numbers and
 the short reasons Baton writes itself.
+
+Each worker process remembers the newest head it saw of each chain. Redis replicates
+asynchronously, so a failover can lose entries a worker sealed on the old primary; the next
+seal by a worker that remembers them names them in a gap entry (``evidence.audit``) rather than
+giving their numbers to other events, and `baton audit verify` names the gap.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping
 
 import redis
@@ -68,14 +74,30 @@ def note(client: redis.Redis, installation: int | None, task_id: str, event: str
         pipe.execute()
 
 
+#: Per Redis client (its connection pool), installation -> the newest (seq, mac) seen of its chain
+#: through it: what a failover may lose. Tied to the client so that another deployment (or another
+#: test's Redis) never inherits it.
+_seen: weakref.WeakKeyDictionary[object, dict[int, tuple[int, bytes]]] = weakref.WeakKeyDictionary()
+
+
 def seal(client: redis.Redis, secret: bytes | None) -> int:
     """Seal what every installation captured; returns how many events were sealed. Without a
     secret nothing is sealed (the events wait, captured, for a worker that has one)."""
     if secret is None:
         return 0
     sealed = 0
+    seen = _seen.setdefault(client.connection_pool, {})
     for installation in chain.installations(client):
         found = AuditChain(client, installation, derive_key(secret, installation))
-        if found.pending():
-            sealed += found.seal(SEAL_BATCH)
+        known = seen.get(installation)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.llen(found.pending_key)
+            pipe.lindex(found.chain_key, -1)
+            waiting, last = pipe.execute()
+        tip = found.tip_of(last)
+        if waiting or (known is not None and (tip is None or tip[0] < known[0])):
+            sealed += found.seal(SEAL_BATCH, known=known)
+            tip = found.head()
+        if tip is not None and (known is None or tip[0] > known[0]):
+            seen[installation] = tip
     return sealed

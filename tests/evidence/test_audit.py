@@ -308,8 +308,9 @@ def test_export_is_jsonl_an_independent_check_accepts(rdb: redis.Redis) -> None:
     prev = bytes(32)
     for position, line in enumerate(lines):  # the library's per-line check agrees
         result = audit.check_entry(log.key, line, position, prev)
-        assert isinstance(result, bytes)
-        prev = result
+        assert isinstance(result, audit.Checked)
+        assert (result.seq, result.gap) == (position, None)
+        prev = result.mac
 
 
 def test_chains_are_per_installation(rdb: redis.Redis) -> None:
@@ -351,3 +352,68 @@ def test_a_cut_tail_or_a_rewritten_chain_is_caught_against_a_saved_head(rdb: red
     assert rewritten is not None
     assert "entry 4" in rewritten
     assert "rewritten" in rewritten
+
+
+# -- entries lost with a Redis primary: a named gap, never a silent fork ------------------------------
+
+
+def _lose_tail(rdb: redis.Redis, log: AuditChain, keep: int) -> None:
+    """What a failover does to the chain: the promoted replica never had the last entries."""
+    rdb.ltrim(log.chain_key, 0, keep - 1)
+
+
+def test_a_sealer_that_saw_a_lost_tail_names_the_gap_instead_of_reusing_its_numbers(rdb: redis.Redis) -> None:
+    log = chain(rdb)
+    log.append(events(20))
+    seen = log.head()
+    assert seen is not None
+    assert seen[0] == 19
+    _lose_tail(rdb, log, 12)
+    audit.record(rdb, INSTALLATION, {"event": "after-the-failover"})
+
+    assert log.seal(known=seen) == 1
+    survey = log.survey()
+    assert survey.broken is None
+    assert survey.gaps == (audit.Gap(12, 19, 20),)
+    assert [json.loads(e)["seq"] for e in rdb.lrange(log.chain_key, 11, -1)] == [11, 20, 21]
+    assert json.loads(rdb.lindex(log.chain_key, 12) or b"")["event"] == {
+        "event": "chain-gap", "lost": [12, 19], "lostHead": seen[1].hex()}  # fmt: skip
+    assert log.head() == (21, bytes.fromhex(json.loads(rdb.lindex(log.chain_key, -1) or b"")["mac"]))
+    # A head saved before the failover is reported as lost with the primary, not as a rewrite...
+    assert (
+        log.check_anchor(*seen) == "the saved head (entry 19) is among the entries 12 to 19 lost with a "
+        "Redis primary (named by entry 20)"
+    )
+    # ...and a head saved before the gap or after it still holds.
+    first = bytes.fromhex(json.loads(rdb.lindex(log.chain_key, 3) or b"")["mac"])
+    assert log.check_anchor(3, first) is None
+    head = log.head()
+    assert head is not None
+    assert log.check_anchor(*head) is None
+
+
+def test_a_gap_is_named_even_with_nothing_pending_and_only_once(rdb: redis.Redis) -> None:
+    log = chain(rdb)
+    log.append(events(5))
+    seen = log.head()
+    assert seen is not None
+    _lose_tail(rdb, log, 3)
+    assert log.seal(known=seen) == 0  # no event sealed, but the gap is
+    assert log.survey().gaps == (audit.Gap(3, 4, 5),)
+    assert log.seal(known=seen) == 0  # the chain now reaches past what was seen: nothing more
+    assert log.length() == 4
+
+
+def test_skipped_numbers_that_no_gap_entry_names_are_a_break(rdb: redis.Redis) -> None:
+    log = chain(rdb)
+    log.append(events(5))
+    seen = log.head()
+    assert seen is not None
+    _lose_tail(rdb, log, 3)
+    log.seal(known=seen)
+    gap = json.loads(rdb.lindex(log.chain_key, 3) or b"")
+    gap["event"]["lost"] = [2, 4]  # claims more than it skipped: its MAC no longer matches either
+    rdb.lset(log.chain_key, 3, audit.canonical_json(gap))
+    broken = log.verify()
+    assert broken is not None
+    assert broken.reason == "entry 3: seq 5 where 3 was expected"

@@ -29,6 +29,7 @@ from evidence.audit import AuditChain, derive_key, installations
 from evidence.errors import EvidenceError
 from evidence.keys import PublicKey, keyring, read_keys
 from worker import replay
+from worker.context import replication
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 #: Said once when signed bytes were compared but no key checked the signature over them.
@@ -140,17 +141,19 @@ def audit_verify_command(args: argparse.Namespace) -> int:
     broken = 0
     for installation in chosen:
         chain = AuditChain(client, installation, derive_key(secret, installation))
-        found = chain.verify()
+        survey = chain.survey()
         anchored = saved.get(installation)
-        problem = found.reason if found else anchored and chain.check_anchor(*anchored)
+        problem = survey.broken.reason if survey.broken else anchored and chain.check_anchor(*anchored)
         if problem:
             broken += 1
             print(f"installation {installation}: BROKEN: {problem}", file=sys.stderr)
             continue
         held = f", holding the saved head (entry {anchored[0]})" if anchored else ""
         print(
-            f"installation {installation}: {chain.length()} entries intact{held}, {chain.pending()} pending"
+            f"installation {installation}: {survey.entries} entries intact{held}, {chain.pending()} pending"
         )
+        for gap in survey.gaps:  # honest losses, named in the chain itself: not a break
+            print(f"installation {installation}: gap: {gap.describe()}")
     if not chosen:
         print("no audit chain in this Redis yet")
     return EXIT_MISMATCH if broken else EXIT_OK
@@ -159,6 +162,8 @@ def audit_verify_command(args: argparse.Namespace) -> int:
 def audit_head_command(args: argparse.Namespace) -> int:
     config = _settings()
     client, secret = _client(config), _secret(config)
+    # A head saved to anchor the chain must be one a failover cannot take back.
+    replication(config).confirm(client, "the audit chains' heads")
     chosen = [args.installation] if args.installation is not None else installations(client)
     heads = []
     for installation in chosen:
