@@ -81,6 +81,7 @@ class EvidenceEndpoints:
 
     def __init__(self, settings: Settings, redis_url: str | None) -> None:
         self.settings = settings
+        self.replication = redis_client.Replication(settings.redis_replicas, settings.redis_timeout)
         self.client = redis_client.connect(redis_url, timeout=settings.redis_timeout) if redis_url else None
 
     def routes(self) -> list[Route]:
@@ -123,6 +124,11 @@ class EvidenceEndpoints:
                 return _json({"error": str(exc)}, 404)
             except Forbidden as exc:
                 return _json({"error": str(exc)}, 403)
+            except redis_client.NotReplicated as exc:
+                logger.warning(
+                    "evidence: the log's head is not on the replicas yet", extra={"error": exc.message}
+                )
+                return _json({"error": "the transparency log is unavailable: try again shortly"}, 503)
             except (RedisError, OSError) as exc:
                 # Redis's own words name hosts and ports: they go to the log, not to whoever asks.
                 logger.warning(
@@ -141,6 +147,9 @@ class EvidenceEndpoints:
         doc = log.checkpoint()
         if doc is None:
             raise NotFound(f"no log for installation {log.installation}")
+        # Never hand out a tree head a failover could take back: a new primary would sign another
+        # tree of that size, and whoever held this one would see a fork (BATON_REDIS_REPLICAS).
+        self.replication.confirm(log.client, f"the checkpoint of installation {log.installation}")
         size = doc.get("treeSize")
         if not isinstance(size, int):
             raise RuntimeError(f"the checkpoint of installation {log.installation} has no treeSize")
