@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from rq import Queue
+from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from baton import queues, redis_client
@@ -77,11 +78,16 @@ def work(
     context.configure(redis_url)
     # No socket timeout of ours: RQ sets one just longer than its blocking dequeue.
     connection = redis_client.connect(redis_url, failover_wait=failover_wait)
-    rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
-    worker = worker_class(queue_names)(rq_queues, connection=connection, serializer=JSONSerializer)
-    worker.work(
-        burst=burst, with_scheduler=False, logging_level=logging.getLevelName(log.getEffectiveLevel())
-    )
+    try:
+        rq_queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names]
+        worker = worker_class(queue_names)(rq_queues, connection=connection, serializer=JSONSerializer)
+        worker.work(
+            burst=burst, with_scheduler=False, logging_level=logging.getLevelName(log.getEffectiveLevel())
+        )
+    except redis_client.NoPrimary:
+        pass  # already said, in the log line that gave up (RQ's own farewell needs Redis too)
+    except StopRequested:
+        pass  # told to stop while RQ's farewell was still waiting for Redis
     return 1 if redis_client.gave_up() is not None else 0
 
 

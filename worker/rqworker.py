@@ -34,6 +34,7 @@ lease renewal into a false "worker lost".
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
@@ -42,7 +43,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -57,7 +58,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from baton import queues, records
+from baton import queues, records, redis_client
 from baton.errors import BatonError
 from worker import context, jobs, keepalive, lifecycle, outbox, redeliver, requeue
 from worker.context import Context
@@ -134,6 +135,28 @@ class BatonWorker(Worker):
             self.last_cleaned_at = now()  # type: ignore[assignment]
         self._sweep(publish=True)
 
+    # -- a primary lost for good (baton.redis_client.NoPrimary) ------------------------------------
+
+    def dequeue_job_and_maintain_ttl(self, *args: Any, **kwargs: Any) -> Any:
+        with _ends_on_lost_primary():
+            return super().dequeue_job_and_maintain_ttl(*args, **kwargs)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        with _ends_on_lost_primary():
+            super().execute_job(job, queue)
+
+    def teardown(self) -> None:
+        if redis_client.gave_up() is None:  # RQ's farewell is Redis writes: none left to make
+            super().teardown()  # type: ignore[no-untyped-call]
+
+    def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
+        """RQ's thread that listens for commands (kill a job, stop) must not print a traceback when
+        the primary is gone for good: the worker's loop says so once and the process exits."""
+        if isinstance(exc, redis_client.NoPrimary):
+            pubsub_thread.stop()
+            return
+        super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+
     def _shutdown(self) -> None:
         # RQ raises StopRequested from its signal handler when idle; a sweep in progress could
         # catch it among its failures, so the request is also kept here and honoured after.
@@ -142,7 +165,8 @@ class BatonWorker(Worker):
 
     def _sweep(self, *, publish: bool) -> None:
         try:
-            sweep(self.baton, publish=publish, stop=lambda: self._stopping)
+            with _ends_on_lost_primary():
+                sweep(self.baton, publish=publish, stop=lambda: self._stopping)
         except StopRequested:
             raise
         except Exception:
@@ -159,10 +183,11 @@ class InProcessWorker(BatonWorker):
     the task's lease, and sweeps (Redis only), as the forking worker's loop does."""
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        self.prepare_execution(job)
-        with keepalive.every(RENEW_EVERY_S, lambda: self._renew(job), name="baton-renew"):
-            self.perform_job(job, queue)
-        self.set_state(WorkerStatus.IDLE)
+        with _ends_on_lost_primary():
+            self.prepare_execution(job)
+            with keepalive.every(RENEW_EVERY_S, lambda: self._renew(job), name="baton-renew"):
+                self.perform_job(job, queue)
+            self.set_state(WorkerStatus.IDLE)
 
     def _renew(self, job: Job) -> bool:
         try:
@@ -172,6 +197,16 @@ class InProcessWorker(BatonWorker):
         except Exception:
             log.exception("could not renew a running job's lease", extra={"task": job.id})
         return True  # a failed renewal is tried again: the lease may still be saved
+
+
+@contextlib.contextmanager
+def _ends_on_lost_primary() -> Iterator[None]:
+    """A primary lost for BATON_REDIS_FAILOVER_WAIT ends RQ's loop the way a stop request does:
+    the line that gave up has said why, and the process exits non-zero (``worker.pool.work``)."""
+    try:
+        yield
+    except redis_client.NoPrimary:
+        raise StopRequested from None
 
 
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
