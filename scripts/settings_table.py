@@ -38,8 +38,9 @@ CHECKS: dict[str, str] = {
     "PRIVATE_KEY_PATH": "must be readable",
     "WEBHOOK_SECRET": "while rotating, every one listed is accepted; unset: webhooks answer 503 (below)",
     "REDIS_URL": "must start with `redis://`, `rediss://` or `unix://`, or name a Sentinel set: "
-    "`redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]` (`rediss+sentinel://` for TLS; "
-    "the Sentinels' own login as `?sentinel_password=`) ([deploy.md](deploy.md#redis-with-replicas-and-sentinel)); "
+    "`redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]` "
+    "(`rediss+sentinel://` for TLS; the Sentinels' own login as `?sentinel_password=`) "
+    "([deploy.md](deploy.md#redis-with-replicas-and-sentinel)); "
     "unset: `baton serve` starts an embedded server (below)",
     "GITHUB_API_URL": "an http(s) URL; default `https://api.github.com`",
     "LOG_LEVEL": "any case; default `INFO`",
@@ -47,11 +48,12 @@ CHECKS: dict[str, str] = {
     "PORT": "0–65535; `baton serve --port` wins over it",
     "BATON_MAX_BODY_BYTES": "1–2³¹; the default is GitHub's own cap",
     "BATON_REDIS_TIMEOUT": "0.05–30",
-    "BATON_REDIS_REPLICAS": "0–16; with 1 or more, a delivery is answered 2xx, a publication leaves for GitHub and a "
-    "receipt or checkpoint is handed out only once that many replicas confirmed it (`WAIT`, bounded by "
-    "`BATON_REDIS_TIMEOUT`; fewer: 503, or the outbox tries again)",
+    "BATON_REDIS_REPLICAS": "0–16; with 1 or more, a delivery is answered 2xx, a publication leaves for "
+    "GitHub and a receipt or checkpoint is handed out only once that many replicas confirmed it "
+    "(`WAIT`, bounded by `BATON_REDIS_TIMEOUT`; fewer: 503, or the outbox tries again)",
     "BATON_REDIS_FAILOVER_WAIT": "0–3600; workers and commands retry a lost primary this long (a failover), "
-    "then exit non-zero for their platform to restart them; the web side never waits past `BATON_REDIS_TIMEOUT`",
+    "then exit non-zero for their platform to restart them; the web side never waits past "
+    "`BATON_REDIS_TIMEOUT`",
     "BATON_AGENT_WORKERS": "0–64",
     "BATON_METRICS_PORT": "1–65535, not equal to `PORT`",
     "BATON_METRICS_TOKEN": "16–512 of `A-Z a-z 0-9 - . _ ~ + / =`; without it `/metrics` answers 401",
