@@ -54,6 +54,7 @@ class ManagedRedis:
     node: Node
     password: str
     url: str  # as the provider's console shows it: the restricted user's
+    refuses_info: bool = False
 
     def admin(self) -> redis.Redis:
         """The provider's side: every command (set-up, `ACL LOG`)."""
@@ -91,6 +92,6 @@ def managed_redis(directory: Path, *, refuse_info: bool = False) -> Iterator[Man
     node = Node(directory, password=admin_password, lines=[f"requirepass {admin_password}", account])
     node.start()
     try:
-        yield ManagedRedis(node, password, f"redis://{USER}:{password}@127.0.0.1:{node.port}/0")
+        yield ManagedRedis(node, password, f"redis://{USER}:{password}@127.0.0.1:{node.port}/0", refuse_info)
     finally:
         node.kill()

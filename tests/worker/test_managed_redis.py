@@ -32,9 +32,13 @@ COURTESIES = {"client|setname", "client|list", "client|setinfo"}
 POOLS = ["baton-agents", "baton-control", "baton-gates"]
 
 
-@pytest.fixture(scope="module")
-def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedRedis]:
-    with managed_redis(tmp_path_factory.mktemp("managed-redis")) as server:
+@pytest.fixture(scope="module", params=[False, True], ids=["info-allowed", "info-refused"])
+def managed(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ManagedRedis]:
+    """Every provider above answers INFO; refused, RQ takes its jobs with BLPOP rather than BLMOVE
+    (it reads the server's version there), a path Baton's sweep covers too (worker.requeue)."""
+    with managed_redis(tmp_path_factory.mktemp("managed-redis"), refuse_info=request.param) as server:
         yield server
 
 
@@ -98,7 +102,8 @@ def test_a_label_becomes_a_pull_request_on_a_redis_that_refuses_config_client_an
     assert code == 0, out[-3000:]
     refused = managed.refused()
     assert "client|setname" in refused  # the account was refused something: the test is not vacuous
-    assert refused <= COURTESIES, refused  # and nothing Baton needs
+    assert refused <= COURTESIES | {"info"}, refused  # and nothing Baton needs
+    assert ("info" in refused) is managed.refuses_info  # RQ asked, and went on without it
     assert "Warning" not in out, out[-3000:]  # RQ's warnings.warn about CLIENT, once per process
     assert "Traceback" not in out, out[-3000:]
 
@@ -115,4 +120,4 @@ def test_a_worker_refused_client_starts_without_a_warning(managed: ManagedRedis,
             assert worker.ip_address.startswith(address), worker.ip_address
         finally:
             client.close()
-    assert managed.refused() == {"client|setname"}
+    assert managed.refused() - {"info"} == {"client|setname"}
