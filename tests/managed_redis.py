@@ -24,8 +24,8 @@ What the rules refuse, and on which service's word (each provider's documentatio
 - Google Memorystore: the CLIENT commands only from Redis 6 on.
 
 The user below refuses the union of those (CLIENT whole, as the strictest of them did), and also
-SCRIPT FLUSH, which none of them lists: Baton must not need it either. INFO and WAIT stay
-allowed, as every one of them allows them; a test that wants INFO refused says so.
+SCRIPT FLUSH and MONITOR, which none of them lists: Baton must not need them either. INFO and
+WAIT stay allowed, as every one of them allows them; a test that wants INFO refused says so.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ REFUSED = (
     "-config", "-client", "-acl", "-debug", "-shutdown", "-save", "-bgsave", "-bgrewriteaof",
     "-lastsave", "-replicaof", "-slaveof", "-failover", "-sync", "-psync", "-replconf", "-migrate",
     "-role", "-module", "-swapdb", "-latency", "-cluster", "-select", "-reset", "-flushall",
-    "-flushdb", "-script|flush", "-script|debug", "-memory|stats", "-memory|doctor",
+    "-flushdb", "-script|flush", "-script|debug", "-memory|stats", "-memory|doctor", "-monitor",
 )  # fmt: skip
 
 
