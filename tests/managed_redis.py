@@ -38,7 +38,7 @@ from pathlib import Path
 
 import redis
 
-from tests.redis_topology import Node
+from tests.redis_topology import Node, Security
 
 USER = "baton"
 REFUSED = (
@@ -89,7 +89,7 @@ def managed_redis(directory: Path, *, refuse_info: bool = False) -> Iterator[Man
     password = secrets.token_hex(16)
     rules = " ".join([*REFUSED, *(["-info"] if refuse_info else [])])
     account = f"user {USER} on >{password} ~* &* +@all {rules}"
-    node = Node(directory, password=admin_password, lines=[f"requirepass {admin_password}", account])
+    node = Node(directory, security=Security(password=admin_password), lines=[account])
     node.start()
     try:
         yield ManagedRedis(node, password, f"redis://{USER}:{password}@127.0.0.1:{node.port}/0", refuse_info)
