@@ -95,6 +95,20 @@ class BatonWorker(Worker):
         self._rq_cleaned = 0.0
         self._stopping = False
 
+    def _set_ip_address(self, connection: redis.Redis) -> None:
+        """What RQ does here (name the connection, find its address in `CLIENT LIST`, for `rq info`),
+        but a Redis that refuses `CLIENT`, as managed services may, is said once in the log: RQ's
+        own ``warnings.warn`` printed its source line from every worker process (and would stop one
+        run with warnings as errors). The address is then "unknown"; nothing else depends on it."""
+        try:
+            connection.client_setname(self.name)
+            found = [c["addr"] for c in connection.client_list() if c.get("name") == self.name]
+        except redis.ResponseError as exc:
+            log.info("Redis refuses CLIENT, so rq info shows this worker's address as unknown",
+                     extra={"error": str(exc).split("\n")[0][:200]})  # fmt: skip
+            found = []
+        self.ip_address = str(found[0]) if found else "unknown"
+
     # -- the context of this (main) process, never the one jobs use ---------------------------
 
     @property

@@ -19,6 +19,7 @@ from emulator import EmulatorServer, world
 from emulator.admin.client import AdminClient
 from emulator.model.standin import ModelStandin
 from tests.conftest import EvidenceKeys
+from tests.managed_redis import ManagedRedis, managed_redis
 from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
 from worker.policy import MODEL_KEYS
@@ -112,7 +113,82 @@ def test_a_managed_redis_without_config_is_not_passed() -> None:
     facts = judge.RedisFacts(where="rediss://x", config=None, config_error="unknown command 'CONFIG'")
     for check in (judge.redis_persistence(facts), judge.redis_eviction(facts)):
         assert check.status is WARN
-        assert check.detail.startswith("could not check")
+        assert check.detail.startswith("could not check: CONFIG GET was refused (unknown command 'CONFIG')")
+        assert check.fix is not None
+        assert check.fix.startswith("ask the provider for")
+
+
+NOPERM = "this user has no permissions to run the 'config|get' command"
+NO_INFO = "this user has no permissions to run the 'info' command"
+INFO_OK = {"aof_enabled": "1", "maxmemory_policy": "noeviction", "maxmemory": "0"}
+
+
+def _managed(config: dict[str, str] | None, info: dict[str, str] | None) -> judge.RedisFacts:
+    """What a managed Redis lets the doctor see: CONFIG GET refused unless ``config`` is given (an
+    empty one: answered, but with none of the names asked for), INFO refused unless ``info`` is."""
+    config_error = None if config is not None else NOPERM
+    info_error = None if info is not None else NO_INFO
+    return judge.RedisFacts(
+        "rediss://x", config=config, config_error=config_error, info=info, info_error=info_error
+    )
+
+
+@pytest.mark.parametrize(
+    ("facts", "statuses", "says", "asks"),
+    [
+        # CONFIG refused, INFO answers (ElastiCache, Azure): judged from INFO; appendfsync unread.
+        (_managed(None, INFO_OK), (WARN, OK), "AOF on (INFO persistence: aof_enabled:1), but how often",
+         "appendfsync everysec"),
+        (_managed(None, {**INFO_OK, "aof_enabled": "0"}), (WARN, OK), "AOF off (INFO persistence: "
+         "aof_enabled:0), and whether RDB snapshots are taken could not be checked", "appendonly yes"),
+        (_managed(None, {**INFO_OK, "maxmemory_policy": "allkeys-lru"}), (WARN, FAIL), "AOF on",
+         "appendfsync"),
+        # Upstash: CONFIG GET answers nothing for these names (no error), INFO has no persistence
+        # section: never "no persistence", which an empty answer once read as.
+        (_managed({}, {"maxmemory_policy": "noeviction"}), (WARN, OK),
+         "could not check: CONFIG GET does not report appendonly; INFO persistence has no aof_enabled",
+         "appendonly yes"),
+        # Both refused: each reason, and what to ask for.
+        (_managed(None, None), (WARN, WARN), f"could not check: CONFIG GET was refused ({NOPERM}); INFO was "
+         f"refused ({NO_INFO}), as managed Redis services do", "appendonly yes"),
+    ],
+)  # fmt: skip
+def test_a_managed_redis_is_judged_from_info_and_what_it_could_not_check_is_said(
+    facts: judge.RedisFacts, statuses: tuple[judge.Status, judge.Status], says: str, asks: str
+) -> None:
+    kept, evicts = judge.redis_persistence(facts), judge.redis_eviction(facts)
+    assert (kept.status, evicts.status) == statuses, (kept, evicts)
+    assert says in kept.detail, kept.detail
+    assert kept.fix is not None
+    assert "ask the provider" in kept.fix
+    assert asks in kept.fix
+    if evicts.status is OK:
+        assert evicts.detail.startswith("maxmemory-policy noeviction (INFO memory)")
+    elif evicts.status is FAIL:
+        assert "allkeys-lru (INFO memory)" in evicts.detail
+        assert (
+            evicts.fix
+            == "set maxmemory-policy noeviction in the provider's settings (CONFIG is refused here)"
+        )
+    else:
+        assert evicts.detail.startswith("could not check:")
+        assert evicts.fix is not None
+        assert evicts.fix.startswith("ask the provider for maxmemory-policy noeviction")
+
+
+def test_what_the_redis_check_says_of_refused_commands() -> None:
+    scripts = judge.redis_reachable(judge.RedisFacts(where="rediss://x", refused="EVAL: NOPERM eval"))
+    assert scripts.status is FAIL
+    assert "refused a Lua script (EVAL: NOPERM eval)" in scripts.detail
+    assert scripts.fix is not None
+    assert "EVAL, EVALSHA and SCRIPT LOAD" in scripts.fix
+    unnamed = judge.redis_reachable(
+        judge.RedisFacts(where="rediss://x", client_error="NOPERM client|setname")
+    )
+    assert unnamed.status is OK
+    assert unnamed.detail.endswith(
+        "refuses CLIENT (NOPERM client|setname), so Baton's connections go unnamed"
+    )
 
 
 def test_unreachable_or_unset_redis() -> None:
@@ -555,28 +631,98 @@ def test_doctor_fails_a_careless_redis_and_a_narrow_app_as_a_real_process(
     assert lines[-1].startswith("baton doctor: 5 failed")
 
 
-def test_a_redis_that_refuses_config_is_not_passed(durable_redis: EmbeddedRedis) -> None:
-    """Managed services disable CONFIG; here an ACL user without it stands in for one."""
-    admin = redis.Redis.from_url(durable_redis.url)
-    admin.acl_setuser(
-        "doctor",
-        enabled=True,
-        passwords=["+doctor-pass"],
-        keys=["*"],
-        commands=["+@all", "-config"],
-        reset=True,
-    )
-    admin.close()
-    host, port = durable_redis.url.rsplit("@", 1)[1].split("/")[0].split(":")
-    config = settings.load({"REDIS_URL": f"redis://doctor:doctor-pass@{host}:{port}/0"})
-    facts = doctor.gather_redis(config)
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedRedis]:
+    """AOF on and noeviction, behind an account refused CONFIG, CLIENT... (tests/managed_redis.py)."""
+    with managed_redis(tmp_path_factory.mktemp("doctor-managed")) as server:
+        yield server
+
+
+def test_a_managed_redis_is_judged_from_info(managed: ManagedRedis) -> None:
+    facts = doctor.gather_redis(settings.load({"REDIS_URL": managed.url}))
     assert facts.error is None
-    assert facts.config is None
-    assert "doctor-pass" not in facts.where
-    assert judge.redis_reachable(facts).status is OK
+    assert managed.password not in facts.where
+    assert facts.config == {}
+    assert facts.config_error == "this user has no permissions to run the 'config|get' command"
+    reachable = judge.redis_reachable(facts)
+    assert reachable.status is OK
+    assert reachable.detail.endswith(
+        "answers, accepts writes and runs Lua scripts; refuses CLIENT (this user has no permissions to run "
+        "the 'client|setname' command), so Baton's connections go unnamed"
+    )
     persistence = judge.redis_persistence(facts)
     assert persistence.status is WARN
-    assert persistence.detail.startswith("could not check: CONFIG GET was refused")
+    assert persistence.detail.startswith(
+        "AOF on (INFO persistence: aof_enabled:1), but how often it is flushed could not be checked: "
+        "CONFIG GET was refused (this user has no permissions to run the 'config|get' command)"
+    )
+    assert persistence.fix is not None
+    assert persistence.fix.startswith("ask the provider for appendfsync everysec")
+    eviction = judge.redis_eviction(facts)
+    assert (eviction.status, eviction.detail.split(":")[0]) == (
+        OK,
+        "maxmemory-policy noeviction (INFO memory)",
+    )
+
+
+def test_doctor_passes_a_managed_redis_as_a_real_process(
+    tmp_path: Path,
+    managed: ManagedRedis,
+    github: tuple[world.World, AdminClient],
+    evidence_keys: EvidenceKeys,
+) -> None:
+    """What it could not check is a warning with what to ask the provider, not a failure."""
+    stage, _ = github
+    env = _env(tmp_path, REDIS_URL=managed.url, GITHUB_API_URL=stage.api_url, APP_ID=str(stage.app_id),
+               PRIVATE_KEY=stage.private_key, WEBHOOK_SECRET=stage.webhook_secret,
+               BATON_DATA_DIR=str(tmp_path / "data"), **evidence_keys.env())  # fmt: skip
+    code, lines, out = _doctor(env, cwd=tmp_path)
+    assert code == 0, out
+    assert lines[-1] == "baton doctor: everything Baton needs works"
+    assert _line(lines, "redis").startswith("ok    redis: redis://baton:***@127.0.0.1:")
+    persistence = _line(lines, "redis persistence")
+    assert persistence.startswith(
+        "warn  redis persistence: AOF on (INFO persistence: aof_enabled:1), but how"
+    )
+    assert "; fix: ask the provider for appendfsync everysec" in persistence
+    assert _line(lines, "redis eviction").startswith(
+        "ok    redis eviction: maxmemory-policy noeviction (INFO"
+    )
+    assert managed.password not in out
+
+
+def test_a_managed_redis_that_refuses_info_too_is_not_passed(tmp_path: Path) -> None:
+    with managed_redis(tmp_path / "no-info", refuse_info=True) as server:
+        facts = doctor.gather_redis(settings.load({"REDIS_URL": server.url}))
+        assert server.refused() >= {"config|get", "info", "client|setname"}
+    assert (facts.error, facts.version, facts.info) == (None, None, None)
+    for check, asked in ((judge.redis_persistence(facts), "appendonly yes"),
+                         (judge.redis_eviction(facts), "maxmemory-policy noeviction")):  # fmt: skip
+        assert check.status is WARN
+        assert check.detail.startswith(
+            "could not check: CONFIG GET was refused (this user has no permissions to run the 'config|get' "
+            "command); INFO was refused (this user has no permissions to run the 'info' command), as "
+            "managed Redis services do"
+        )
+        assert check.fix is not None
+        assert check.fix.startswith("ask the provider for")
+        assert asked in check.fix
+
+
+def test_a_redis_that_refuses_lua_scripts_fails(managed: ManagedRedis) -> None:
+    admin = managed.admin()
+    try:
+        admin.acl_setuser("noscripts", enabled=True, passwords=["+noscripts-pass"], keys=["*"],
+                          commands=["+@all", "-@scripting"], reset=True)  # fmt: skip
+    finally:
+        admin.close()
+    url = f"redis://noscripts:noscripts-pass@127.0.0.1:{managed.node.port}/0"
+    check = judge.redis_reachable(doctor.gather_redis(settings.load({"REDIS_URL": url})))
+    assert check.status is FAIL
+    assert (
+        "refused a Lua script (EVAL: this user has no permissions to run the 'eval' command)" in check.detail
+    )
+    assert "noscripts-pass" not in check.line()
 
 
 def test_github_refusals_and_silence(github: tuple[world.World, AdminClient]) -> None:

@@ -117,14 +117,35 @@ def _variable(name: str, value: str) -> str:
 
 @dataclass(frozen=True)
 class RedisFacts:
-    """What one connection to Redis found. ``config`` is None when CONFIG GET was refused."""
+    """What one connection to Redis found.
+
+    A managed Redis may refuse CONFIG, INFO or CLIENT, or answer CONFIG GET only for the names it
+    exposes (Upstash answers the others with nothing, Redis Cloud with an error): a name missing from
+    ``config`` was not reported, and ``config_error`` is the first refusal. ``info`` holds the
+    fields of INFO persistence and memory (None: INFO was refused, ``info_error`` says how)."""
 
     where: str  # the URL, password redacted, or where the embedded server was found
     configured: bool = True  # False: REDIS_URL unset and no embedded server running here
     error: str | None = None  # could not connect, or a write was refused
+    refused: str | None = None  # a command Baton needs was refused (Lua scripts)
     version: str | None = None
     config: Mapping[str, str] | None = None
     config_error: str | None = None
+    info: Mapping[str, str] | None = None
+    info_error: str | None = None
+    client_error: str | None = None  # CLIENT SETNAME refused: connections go unnamed
+
+
+#: Said after "could not check", so an operator knows this is the provider's rule, not a fault.
+_MANAGED = "as managed Redis services do"
+_ASK_PERSISTENCE = (
+    "ask the provider for persistence with an append-only file (appendonly yes, appendfsync everysec "
+    "or always), or confirm it in its settings"
+)
+_ASK_EVICTION = (
+    "ask the provider for maxmemory-policy noeviction (a full Redis then refuses writes instead of "
+    "deleting keys), or confirm it in its settings"
+)
 
 
 def redis_reachable(facts: RedisFacts) -> Check:
@@ -143,31 +164,84 @@ def redis_reachable(facts: RedisFacts) -> Check:
             f"{facts.where}: {facts.error}",
             "check REDIS_URL (host, port, password, rediss:// for TLS) and that this machine can reach it",
         )
-    version = f" (Redis {facts.version})" if facts.version else ""
-    return Check("redis", Status.OK, f"{facts.where}{version} answers and accepts writes")
-
-
-def _usable(facts: RedisFacts, name: str) -> Check | Mapping[str, str]:
-    if not facts.configured or facts.error is not None:
-        return _skip(name, "no Redis reached")
-    if facts.config is None:
+    if facts.refused is not None:
         return Check(
-            name,
-            Status.WARN,
-            f"could not check: CONFIG GET was refused ({facts.config_error}), as managed Redis services do",
-            "confirm in the provider's settings that persistence (AOF) is on and eviction is off "
-            "(noeviction)",
+            "redis",
+            Status.FAIL,
+            f"{facts.where} refused a Lua script ({facts.refused}): Baton queues tasks and holds its "
+            "locks and leases with scripts",
+            "use a Redis (or a plan of the provider's) that runs Lua scripts: EVAL, EVALSHA and SCRIPT LOAD",
         )
-    return facts.config
+    version = f" (Redis {facts.version})" if facts.version else ""
+    unnamed = (
+        f"; refuses CLIENT ({facts.client_error}), so Baton's connections go unnamed"
+        if facts.client_error
+        else ""
+    )
+    return Check(
+        "redis", Status.OK, f"{facts.where}{version} answers, accepts writes and runs Lua scripts{unnamed}"
+    )
+
+
+def _unread(facts: RedisFacts, setting: str, section: str, field: str | None) -> str:
+    """Why neither CONFIG GET ``setting`` nor INFO ``section``'s ``field`` (None: INFO has none)
+    said what it is."""
+    config = (
+        f"CONFIG GET was refused ({facts.config_error})"
+        if facts.config_error is not None
+        else f"CONFIG GET does not report {setting}"
+    )
+    if facts.info is None:
+        info = f"; INFO was refused ({facts.info_error})" if facts.info_error else ""
+    else:
+        info = f"; INFO {section} has no {field}" if field else f"; INFO {section} does not say"
+    return f"{config}{info}, {_MANAGED}"
+
+
+def _reached(facts: RedisFacts, name: str) -> Check | None:
+    return _skip(name, "no Redis reached") if not facts.configured or facts.error is not None else None
 
 
 def redis_persistence(facts: RedisFacts) -> Check:
     """AOF is the safest (at most a second lost with appendfsync everysec); RDB snapshots alone lose
-    every task since the last one; neither loses them all on a restart."""
+    every task since the last one; neither loses them all on a restart. Where CONFIG GET is refused,
+    INFO persistence still says whether AOF is on (``aof_enabled``), though not how often it is flushed."""
     name = "redis persistence"
-    config = _usable(facts, name)
-    if isinstance(config, Check):
-        return config
+    skipped = _reached(facts, name)
+    if skipped is not None:
+        return skipped
+    config, info = facts.config or {}, facts.info or {}
+    if "appendonly" in config:
+        return _persistence(config)
+    aof = info.get("aof_enabled")
+    if aof == "1":
+        return Check(
+            name,
+            Status.WARN,
+            f"AOF on (INFO persistence: aof_enabled:1), but how often it is flushed could not be checked: "
+            f"{_unread(facts, 'appendfsync', 'persistence', None)}",
+            "ask the provider for appendfsync everysec (or always): with appendfsync no, a crash loses "
+            "what the OS had not yet written",
+        )
+    if aof == "0":
+        return Check(
+            name,
+            Status.WARN,
+            "AOF off (INFO persistence: aof_enabled:0), and whether RDB snapshots are taken could not "
+            f"be checked: {_unread(facts, 'save', 'persistence', None)}; a restart loses "
+            "every task written since the last snapshot, or all of them",
+            _ASK_PERSISTENCE,
+        )
+    return Check(
+        name,
+        Status.WARN,
+        f"could not check: {_unread(facts, 'appendonly', 'persistence', 'aof_enabled')}",
+        _ASK_PERSISTENCE,
+    )
+
+
+def _persistence(config: Mapping[str, str]) -> Check:
+    name = "redis persistence"
     save = " ".join(config.get("save", "").split())
     fsync = config.get("appendfsync", "")
     if config.get("appendonly", "").lower() == "yes":
@@ -198,22 +272,40 @@ def redis_persistence(facts: RedisFacts) -> Check:
 
 
 def redis_eviction(facts: RedisFacts) -> Check:
+    """noeviction, read from CONFIG GET or, where that is refused, from INFO memory."""
     name = "redis eviction"
-    config = _usable(facts, name)
-    if isinstance(config, Check):
-        return config
-    policy = config.get("maxmemory-policy", "")
-    limit = config.get("maxmemory", "0")
+    skipped = _reached(facts, name)
+    if skipped is not None:
+        return skipped
+    config, info = facts.config or {}, facts.info or {}
+    from_config = "maxmemory-policy" in config
+    policy = config.get("maxmemory-policy") if from_config else info.get("maxmemory_policy")
+    if policy is None:
+        return Check(
+            name,
+            Status.WARN,
+            f"could not check: {_unread(facts, 'maxmemory-policy', 'memory', 'maxmemory_policy')}",
+            _ASK_EVICTION,
+        )
+    limit = config.get("maxmemory") if from_config else info.get("maxmemory")
+    source = "" if from_config else " (INFO memory)"
     if policy == "noeviction":
         return Check(
-            name, Status.OK, "maxmemory-policy noeviction: a full Redis refuses writes, deletes nothing"
+            name,
+            Status.OK,
+            f"maxmemory-policy noeviction{source}: a full Redis refuses writes, deletes nothing",
         )
+    fix = (
+        "CONFIG SET maxmemory-policy noeviction, and the same in redis.conf (or the provider's setting)"
+        if from_config
+        else "set maxmemory-policy noeviction in the provider's settings (CONFIG is refused here)"
+    )
     return Check(
         name,
         Status.FAIL,
-        f"maxmemory-policy is {policy or 'unknown'} (maxmemory {limit}): when memory runs short Redis "
-        "deletes keys, queued tasks and audit entries among them",
-        "CONFIG SET maxmemory-policy noeviction, and the same in redis.conf (or the provider's setting)",
+        f"maxmemory-policy is {policy or 'unknown'}{source} (maxmemory {limit or 'unknown'}): when memory "
+        "runs short Redis deletes keys, queued tasks and audit entries among them",
+        fix,
     )
 
 

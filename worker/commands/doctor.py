@@ -1,7 +1,8 @@
 """`baton doctor`: does everything Baton needs work on this machine, and what fixes what does not.
 
 Checks, in order: the configuration (every known variable, set or unset, no
-secret's value shown), Redis (reachable and writable, persistence, eviction),
+secret's value shown), Redis (reachable and writable in a transaction, Lua
+scripts, persistence, eviction; from INFO where a managed Redis refuses CONFIG),
 the GitHub App (its JWT against ``GET /app``, its permissions and events
 against ``app-manifest.yml``, its installations), the webhook secret, the
 signing key and audit secret, the public URL, the model gateway (which provider
@@ -160,27 +161,60 @@ def gather_redis(config: settings.Settings) -> judge.RedisFacts:
 
 
 def _ask_redis(client: redis.Redis, where: str) -> judge.RedisFacts:
+    """What the server says of itself. A managed Redis may refuse CONFIG, INFO or CLIENT (an ACL's
+    NOPERM, or "unknown command" where the provider renamed it away) or answer CONFIG GET only for
+    some names: each refusal is kept for the judge to say what it could not check, and why."""
     try:
         client.ping()
         probe = keys.DOCTOR_PROBE_PREFIX + uuid.uuid4().hex  # a write, as every task makes; gone in 10 s
-        client.set(probe, b"1", px=10_000)
-        client.delete(probe)
+        with client.pipeline(transaction=True) as pipe:  # MULTI/EXEC, as every state change is
+            pipe.set(probe, b"1", px=10_000)
+            pipe.delete(probe)
+            pipe.execute()
+    except redis.RedisError as exc:
+        return judge.RedisFacts(where=where, error=f"{type(exc).__name__}: {exc}")
+    try:
+        client.eval(_LUA_PROBE, 1, probe)  # queueing, locks and leases are Lua scripts
+    except redis.ResponseError as exc:
+        return judge.RedisFacts(where=where, refused=f"EVAL: {_first_line(exc)}")
     except redis.RedisError as exc:
         return judge.RedisFacts(where=where, error=f"{type(exc).__name__}: {exc}")
     version: str | None = None
+    info: dict[str, str] = {}
+    info_error: str | None = None
     try:
-        info = client.info("server")
-        version = str(info.get("redis_version")) if isinstance(info, dict) else None
-    except redis.ResponseError:
-        pass  # INFO may be disabled too; the version is only shown
-    found: dict[str, str] = {}
-    try:
-        for name in _REDIS_KEYS:
+        server = client.info("server")
+        version = str(server.get("redis_version")) if isinstance(server, dict) else None
+        for section in ("persistence", "memory"):  # Upstash has no persistence section: an empty one
+            fields = client.info(section)
+            info.update({str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else {})
+    except redis.ResponseError as exc:
+        info_error = _first_line(exc)
+    config: dict[str, str] = {}
+    config_error: str | None = None
+    for name in _REDIS_KEYS:  # one at a time: Redis Cloud refuses the names it does not expose
+        try:
             answer = client.config_get(name)
-            found.update({records.text(k): records.text(v) for k, v in answer.items()})
-    except redis.ResponseError as exc:  # NOPERM, or CONFIG renamed away ("unknown command")
-        return judge.RedisFacts(where=where, version=version, config_error=str(exc).split("\n")[0][:200])
-    return judge.RedisFacts(where=where, version=version, config=found)
+        except redis.ResponseError as exc:
+            config_error = config_error or _first_line(exc)
+            continue
+        config.update({records.text(k): records.text(v) for k, v in answer.items()})
+    client_error: str | None = None
+    try:
+        client.client_setname("baton-doctor")
+    except redis.ResponseError as exc:
+        client_error = _first_line(exc)
+    return judge.RedisFacts(where=where, version=version, config=config, config_error=config_error,
+                            info=None if info_error else info, info_error=info_error,
+                            client_error=client_error)  # fmt: skip
+
+
+#: Reads the key it is given, as Baton's scripts do (a managed Redis may lock by KEYS).
+_LUA_PROBE = "return redis.call('EXISTS', KEYS[1])"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).split("\n")[0][:200]
 
 
 # -- GitHub -------------------------------------------------------------------------------------
