@@ -62,6 +62,8 @@ _SERVICE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 #: Back-off between attempts while a failover runs: from 50 ms, doubling, to at most one second.
 BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 1.0
+#: How much sooner than the client's read timeout a WAIT is told to give up.
+WAIT_MARGIN_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -435,6 +437,11 @@ def await_replicas(client: redis.Redis, required: int, timeout: float, what: str
     write has everything the primary took before it, the caller's writes included."""
     if required <= 0:
         return
+    # WAIT must give up before the client's own read does, or a slow replica reads as a dead Redis;
+    # Redis ends a WAIT on its timer tick (every 100 ms at the default hz), so leave it room.
+    bound = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if isinstance(bound, int | float) and bound > 0:
+        timeout = min(timeout, bound - WAIT_MARGIN_S)
     with client.pipeline(transaction=False) as pipe:
         pipe.incr(keys.REPLICATION_MARK_KEY)
         pipe.execute_command("WAIT", required, max(1, int(timeout * 1000)))  # type: ignore[no-untyped-call]

@@ -20,6 +20,7 @@ from emulator.admin.client import AdminClient
 from emulator.model.standin import ModelStandin
 from tests.conftest import EvidenceKeys
 from tests.managed_redis import ManagedRedis, managed_redis
+from tests.redis_topology import topology
 from worker.commands import _doctor_checks as judge
 from worker.commands import doctor
 from worker.policy import MODEL_KEYS
@@ -770,3 +771,31 @@ def test_a_configuration_that_does_not_load_skips_what_depends_on_it(tmp_path: P
     assert "data dir" in skipped
     assert {"git", "box", "agent CLIs"} <= {c.name for c in checks if c.status is not SKIP}
     assert not judge.passed(checks)
+
+
+# -- BATON_REDIS_REPLICAS, against real replicas ---------------------------------------------------
+
+
+def test_the_replicas_baton_waits_for_are_checked_with_a_write(tmp_path: Path) -> None:
+    with topology(tmp_path / "redis", replicas=1, sentinels=1) as topo:
+        asks = {"REDIS_URL": topo.url, "BATON_REDIS_TIMEOUT": "0.5"}
+        facts = doctor.gather_redis(settings.load({**asks, "BATON_REDIS_REPLICAS": "1"}))
+        check = judge.redis_replication(facts)
+        assert check.status is OK, check.line()
+        assert f"primary 127.0.0.1:{topo.primary().port}" in judge.redis_reachable(facts).line()
+
+        too_many = judge.redis_replication(
+            doctor.gather_redis(settings.load({**asks, "BATON_REDIS_REPLICAS": "2"}))
+        )
+        assert too_many.status is FAIL
+        assert "1 of the 2 Redis replicas" in too_many.detail
+        assert "every delivery would be answered 503" in too_many.detail
+
+        none = judge.redis_replication(doctor.gather_redis(settings.load(asks)))
+        assert none.status is WARN  # behind Sentinel, a failover can lose what was acknowledged
+        assert "BATON_REDIS_REPLICAS=1" in none.fix
+
+
+def test_one_redis_with_no_replicas_asked_for_is_fine(redis_url: str) -> None:
+    check = judge.redis_replication(doctor.gather_redis(settings.load({"REDIS_URL": redis_url})))
+    assert check.status is OK

@@ -134,6 +134,10 @@ class RedisFacts:
     info: Mapping[str, str] | None = None
     info_error: str | None = None
     client_error: str | None = None  # CLIENT SETNAME refused: connections go unnamed
+    sentinel: bool = False  # reached through Sentinels, which can promote a replica
+    required_replicas: int = 0  # BATON_REDIS_REPLICAS
+    confirmed_replicas: int | None = None  # how many confirmed a probe write (None: not asked)
+    replica_error: str | None = None  # WAIT refused, or fewer confirmed in time
 
 
 #: Said after "could not check", so an operator knows this is the provider's rule, not a fault.
@@ -180,6 +184,36 @@ def redis_reachable(facts: RedisFacts) -> Check:
     )
     return Check(
         "redis", Status.OK, f"{facts.where}{version} answers, accepts writes and runs Lua scripts{unnamed}"
+    )
+
+
+def redis_replication(facts: RedisFacts) -> Check:
+    """BATON_REDIS_REPLICAS against what the replicas did with a probe write."""
+    name = "redis replicas"
+    if not facts.configured or facts.error is not None or facts.refused is not None:
+        return _skip(name, "Redis was not reached")
+    required = facts.required_replicas
+    if required == 0:
+        if facts.sentinel:
+            return Check(
+                name,
+                Status.WARN,
+                "BATON_REDIS_REPLICAS is 0 behind Sentinel: a delivery answered 2xx, or a status already on "
+                "GitHub, can be lost with a primary that dies before its replicas have it",
+                f"set BATON_REDIS_REPLICAS=1 (see {DEPLOY_DOC}#redis-with-replicas-and-sentinel)",
+            )
+        return Check(name, Status.OK, "BATON_REDIS_REPLICAS is 0: Baton waits for no replica")
+    if facts.replica_error is not None or (facts.confirmed_replicas or 0) < required:
+        return Check(
+            name,
+            Status.FAIL,
+            f"BATON_REDIS_REPLICAS is {required}: {facts.replica_error or 'no replica confirmed a write'}; "
+            "every delivery would be answered 503 and nothing published",
+            "connect the replicas to this primary (`INFO replication` on it), or lower BATON_REDIS_REPLICAS "
+            "to what it has",
+        )
+    return Check(
+        name, Status.OK, f"{required} of the replicas BATON_REDIS_REPLICAS asks for confirmed a probe write"
     )
 
 

@@ -17,6 +17,7 @@ Exit 0 when nothing failed (warnings allowed), 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -114,7 +115,8 @@ def diagnose(env: dict[str, str], manifest_path: Path, env_file: Path | None = N
         checks += [judge.Check(name, judge.Status.SKIP, f"not checked: {why}") for name in names]
     else:
         found = gather_redis(config)
-        checks += [judge.redis_reachable(found), judge.redis_persistence(found), judge.redis_eviction(found)]
+        checks += [judge.redis_reachable(found), judge.redis_persistence(found), judge.redis_eviction(found),
+                   judge.redis_replication(found)]  # fmt: skip
         manifest, manifest_error = load_manifest(manifest_path)
         github = gather_github(config)
         checks += [
@@ -155,7 +157,26 @@ def gather_redis(config: settings.Settings) -> judge.RedisFacts:
     where = where or redis_client.describe(url)
     client = redis_client.connect(url, timeout=config.redis_timeout)
     try:
-        return _ask_redis(client, where)
+        facts = _ask_redis(client, where)
+        if facts.error is not None or facts.refused is not None:
+            return facts
+        found = dataclasses.replace(facts, sentinel=redis_client.is_sentinel(url),
+                                    required_replicas=config.redis_replicas)  # fmt: skip
+        if found.sentinel:
+            host, port = client.connection_pool.get_master_address()  # type: ignore[attr-defined]
+            found = dataclasses.replace(found, where=f"{where}, primary {host}:{port}")
+        if config.redis_replicas > 0:
+            try:
+                redis_client.Replication(config.redis_replicas, config.redis_timeout).confirm(
+                    client, "a probe write"
+                )
+                found = dataclasses.replace(found, confirmed_replicas=config.redis_replicas)
+            except (redis_client.NotReplicated, redis.ResponseError) as exc:
+                message = (
+                    exc.message if isinstance(exc, BatonError) else f"WAIT was refused: {_first_line(exc)}"
+                )
+                found = dataclasses.replace(found, confirmed_replicas=0, replica_error=message)
+        return found
     finally:
         client.close()
 
