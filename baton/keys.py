@@ -25,6 +25,10 @@ LEASES_KEY = "baton:leases"
 #: Publications (status comments, check-run completions) not yet on GitHub: task ids scored by
 #: their next attempt; worker.lifecycle and worker.outbox; no TTL. Its size is a gauge in /metrics.
 OUTBOX_KEY = "baton:outbox"
+#: + duty name (``sweep``, ``audit``, ``outbox``, ``redelivery``) -> the worker (host:pid) that claimed
+#: the duty's current interval: each periodic duty runs once per interval across the deployment;
+#: worker.rqworker; PX the duty's interval, so Redis's clock times it.
+DUTY_PREFIX = "baton:duty:"
 #: RQ jobs of queued tasks found in no queue, list or registry (taken by a worker that died before
 #: starting them): job id scored by when a sweep first saw that; worker.requeue; entries end with
 #: the next sweep that sees the job queued again or gone, and after a day in any case.

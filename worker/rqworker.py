@@ -20,15 +20,22 @@ gaps:
 - a job a worker took from its queue and died before starting is found by the sweep and
   queued again (``worker.requeue``);
 - every running task holds a lease (``lifecycle.LEASES``), renewed by the
-  worker that runs it while it monitors the job; every worker, busy or idle,
-  sweeps for leases that ran out and ends those tasks, so a dead worker's task
-  is terminal within ``LEASE_S`` plus one sweep, and seals captured audit events
-  into their chains (``worker.audit``);
-- idle workers take turns looking for webhooks GitHub failed to deliver and ask for
-  them again (``worker.redeliver``);
-- idle workers drain the publishing outbox (``worker.outbox``).
+  worker that runs it while it monitors the job (never gated: it is per job);
+- the periodic duties (``DUTIES``) run at most once per interval across the deployment, however
+  many hosts and processes there are: every worker, busy or idle, offers to take them every
+  ``RENEW_EVERY_S`` (``tick``), and one Redis script hands each duty to the first worker that asks
+  once its previous holder's claim (``SET NX PX``) has lapsed, timed by Redis's clock. The duties:
+  the sweep (tasks whose lease ran out, jobs never started, jobs lost on the way:
+  ``worker.requeue``), sealing captured audit events (``worker.audit``), and for idle workers only,
+  draining the publishing outbox (``worker.outbox``) and the check for a redelivery pass
+  (``worker.redeliver``, which also keeps its own schedule). Each run is counted in
+  ``baton:counters`` (``duty_<name>``, in /metrics). Correctness never rests on the claim (each duty
+  is safe twice over: its own claims and scripts); the claim is about load;
+- a lease that ran out is ended at the first tick of any worker after it did, not only by the
+  sweep's holder (the claim script also says whether one has: the same round trip), so a dead
+  worker's task is terminal within ``LEASE_S`` plus one tick.
 
-The sweep during a job touches only Redis, so a slow GitHub can never delay a
+The tick during a job touches only Redis, so a slow GitHub can never delay a
 lease renewal into a false "worker lost".
 """
 
@@ -43,7 +50,8 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -58,9 +66,9 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from baton import queues, records, redis_client
+from baton import keys, queues, records, redis_client
 from baton.errors import BatonError
-from worker import context, jobs, keepalive, lifecycle, outbox, redeliver, requeue
+from worker import context, jobs, keepalive, lifecycle, locks, outbox, redeliver, requeue
 from worker.context import Context
 from worker.lifecycle import State
 from worker.publish import publisher
@@ -69,12 +77,60 @@ from worker.runs import admit
 
 log = logging.getLogger("baton.worker")
 
-#: How often a busy worker renews its job's lease (and sweeps), and an idle one wakes up.
+#: How often a busy worker renews its job's lease (and ticks), and an idle one wakes up (and ticks).
 RENEW_EVERY_S = 5
 #: RQ's "worker is alive" key lives this long; its dequeue wait is 15 s shorter (so: 5 s).
 WORKER_TTL_S = 20
 #: RQ's own registry cleanup (its default interval).
 RQ_CLEAN_EVERY_S = 600.0
+#: Publications one outbox drain attempts; a drain that finds this many due frees its duty's claim.
+OUTBOX_BATCH = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Duty:
+    """A periodic duty of the workers, run at most once per ``every_s`` across the deployment."""
+
+    name: str
+    every_s: float
+    idle_only: bool  # talks to GitHub: never from a busy worker's tick
+
+    @property
+    def key(self) -> str:
+        return keys.DUTY_PREFIX + self.name
+
+    @property
+    def counter(self) -> str:
+        """Its runs, in ``baton:counters`` (``baton_worker_events_total{event=...}``)."""
+        return "duty_" + self.name
+
+
+#: Leases that ran out, jobs a worker took and died before starting, jobs lost on the way (Redis only).
+SWEEP = Duty("sweep", RENEW_EVERY_S, idle_only=False)
+#: Captured audit events sealed into their chains (Redis only).
+AUDIT = Duty("audit", RENEW_EVERY_S, idle_only=False)
+#: The publishing outbox drained (GitHub).
+OUTBOX = Duty("outbox", RENEW_EVERY_S, idle_only=True)
+#: Whether a redelivery pass is due, and if so the pass (GitHub; the pass keeps its own lock and schedule).
+REDELIVERY = Duty("redelivery", RENEW_EVERY_S, idle_only=True)
+DUTIES = (SWEEP, AUDIT, OUTBOX, REDELIVERY)
+#: Counted when a redelivery check found a pass due and ran it.
+REDELIVERY_RAN = "redelivery_pass"
+
+#: KEYS: the counters hash, the leases set, then each duty's key. ARGV: the holder, now (the clock
+#: the leases are scored by), then for each duty its interval in ms and its counter.
+#: Returns {whether a lease ran out, {the 1-based positions of the duties won}}.
+_CLAIM = """
+local won = {}
+for i = 3, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2 * i - 3]) then
+    redis.call('HINCRBY', KEYS[1], ARGV[2 * i - 2], 1)
+    won[#won + 1] = i - 2
+  end
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, 1)
+return {#expired, won}
+"""
 
 
 class BatonWorker(Worker):
@@ -139,7 +195,7 @@ class BatonWorker(Worker):
     def maintain_heartbeats(self, job: Job) -> None:
         super().maintain_heartbeats(job)
         lifecycle.renew_lease(self.connection, admit.task_id_of(job.id))
-        self._sweep(publish=False)
+        self._tick(idle=False)
 
     def run_maintenance_tasks(self) -> None:
         if time.monotonic() - self._rq_cleaned >= RQ_CLEAN_EVERY_S or not self._rq_cleaned:
@@ -147,7 +203,7 @@ class BatonWorker(Worker):
             self._rq_cleaned = time.monotonic()
         else:
             self.last_cleaned_at = now()  # type: ignore[assignment]
-        self._sweep(publish=True)
+        self._tick(idle=True)
 
     # -- a primary lost for good (baton.redis_client.NoPrimary) ------------------------------------
 
@@ -177,14 +233,14 @@ class BatonWorker(Worker):
         self._stopping = True
         super()._shutdown()  # type: ignore[no-untyped-call]
 
-    def _sweep(self, *, publish: bool) -> None:
+    def _tick(self, *, idle: bool) -> None:
         try:
             with _ends_on_lost_primary():
-                sweep(self.baton, publish=publish, stop=lambda: self._stopping)
+                tick(self.baton, idle=idle, stop=lambda: self._stopping)
         except StopRequested:
             raise
         except Exception:
-            log.exception("maintenance sweep failed")
+            log.exception("periodic duties failed")
         if self._stopping and self.get_state() != WorkerStatus.BUSY:
             raise StopRequested
 
@@ -194,7 +250,7 @@ class InProcessWorker(BatonWorker):
 
     RQ's job timeout still applies (SIGALRM in this, the main, thread). RQ renews a job's
     heartbeats only while it waits on a job process, so a thread renews them here, with
-    the task's lease, and sweeps (Redis only), as the forking worker's loop does."""
+    the task's lease, and ticks (Redis only), as the forking worker's loop does."""
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         with _ends_on_lost_primary():
@@ -223,34 +279,92 @@ def _ends_on_lost_primary() -> Iterator[None]:
         raise StopRequested from None
 
 
-def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
-    """End tasks whose lease ran out; with ``publish``, drain the outbox. Returns (ended, published).
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one tick's claim gave this worker."""
 
-    ``stop`` is asked between tasks: a worker told to stop finishes the one in hand, no more."""
+    won: frozenset[Duty]
+    expired: bool  # some lease has run out (whoever holds the sweep)
+
+
+def holder() -> str:
+    """Who claims, as a duty's key shows it: this host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def claim(client: redis.Redis, offered: Collection[Duty], *, by: str | None = None) -> Claimed:
+    """Claim each of ``offered`` whose previous claim has lapsed, and count it; one round trip."""
+    duties = list(offered)
+    args: list[str | float] = [by or holder(), time.time()]
+    for duty in duties:
+        args += [round(duty.every_s * 1000), duty.counter]
+    script = client.register_script(_CLAIM)
+    expired, won = script(keys=[records.COUNTERS_KEY, lifecycle.LEASES, *(d.key for d in duties)], args=args)
+    return Claimed(frozenset(duties[int(i) - 1] for i in won), bool(expired))
+
+
+def tick(ctx: Context, *, idle: bool, stop: Callable[[], bool] = lambda: False) -> Claimed:
+    """One worker's turn at the periodic duties: those it won this interval, and any lease that ran out.
+
+    A busy worker (``idle`` False) is offered only the duties that touch Redis alone."""
+    offered = [d for d in DUTIES if idle or not d.idle_only]
+    by = holder()
+    claimed = claim(ctx.redis, offered, by=by)
+    won = set(claimed.won)
+    if claimed.expired and SWEEP not in won:
+        _end_expired(ctx, publish=idle, stop=stop)
+    if OUTBOX in won and len(outbox.due(ctx.redis, limit=OUTBOX_BATCH)) >= OUTBOX_BATCH:
+        # A backlog (after a GitHub outage): the next idle worker drains the next batch alongside.
+        locks.release(ctx.redis, OUTBOX.key, by)
+    run(ctx, won, publish=idle, stop=stop)
+    return claimed
+
+
+def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
+    """Every duty now, claimed or not (``publish``: the idle worker's too). Returns (ended, published)."""
+    return run(ctx, [d for d in DUTIES if publish or not d.idle_only], publish=publish, stop=stop)
+
+
+def run(
+    ctx: Context, duties: Collection[Duty], *, publish: bool, stop: Callable[[], bool] = lambda: False
+) -> tuple[int, int]:
+    """Run ``duties``: end tasks whose lease ran out, drain the outbox... Returns (ended, published).
+
+    ``publish``: a task ended here is told on GitHub at once (else the outbox keeps it for an
+    idle worker). ``stop`` is asked between tasks: a worker told to stop finishes the one in hand."""
+    ended = published = 0
+    if SWEEP in duties:
+        ended = _end_expired(ctx, publish=publish, stop=stop)
+        for task_id, job_id, data in _never_started(ctx):
+            if stop():
+                return ended, 0
+            error = BatonError("worker-lost", "its worker stopped as the job started, before the task ran")
+            ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish, job_id=job_id)
+        requeue.lost_jobs(ctx.redis)
+    if stop():
+        return ended, 0
+    if OUTBOX in duties and ctx.github is not None:
+        perform = publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication)
+        published = outbox.drain(ctx.redis, perform, limit=OUTBOX_BATCH, stop=stop)
+    if AUDIT in duties:
+        jobs.seal_audit(ctx)
+    if REDELIVERY in duties and redeliver.maybe_run(ctx) is not None:
+        ctx.redis.hincrby(records.COUNTERS_KEY, REDELIVERY_RAN, 1)
+    return ended, published
+
+
+def _end_expired(ctx: Context, *, publish: bool, stop: Callable[[], bool]) -> int:
+    """End the tasks whose lease ran out (each claimed first, so one worker ends it); how many."""
     ended = 0
     for task_id in lifecycle.expired_leases(ctx.redis):
         if stop():
-            return ended, 0
+            break
         if not lifecycle.claim_expired(ctx.redis, task_id):
             continue  # renewed meanwhile, or another worker took it
         data = _job_argument(ctx, task_id)
         error = BatonError("worker-lost", "the task's lease ran out: its worker stopped renewing it")
         ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish)
-    for task_id, job_id, data in _never_started(ctx):
-        if stop():
-            return ended, 0
-        error = BatonError("worker-lost", "its worker stopped as the job started, before the task ran")
-        ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish, job_id=job_id)
-    requeue.lost_jobs(ctx.redis)
-    published = 0
-    if publish and ctx.github is not None:
-        published = outbox.drain(
-            ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication), stop=stop
-        )
-    jobs.seal_audit(ctx)
-    if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
-        redeliver.maybe_run(ctx)
-    return ended, published
+    return ended
 
 
 def _never_started(ctx: Context) -> list[tuple[str, str, Any]]:

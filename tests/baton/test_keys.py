@@ -28,6 +28,7 @@ STORED = {
     "LEASES_KEY": "baton:leases",
     "OUTBOX_KEY": "baton:outbox",
     "LOST_JOBS_KEY": "baton:lost-jobs",
+    "DUTY_PREFIX": "baton:duty:",
     "DELIVERY_PREFIX": "baton:delivery:",
     "PAYLOAD_PREFIX": "baton:payload:",
     "COUNTERS_KEY": "baton:counters",

@@ -174,5 +174,5 @@ def test_a_stop_request_is_honoured_even_if_a_sweep_swallowed_it(redis_url: str)
     with pytest.raises(StopRequested):
         worker._shutdown()  # what RQ's signal handler does when the worker is idle
     with pytest.raises(StopRequested):  # the sweep that was interrupted (and caught it) stops the loop
-        worker._sweep(publish=True)
+        worker._tick(idle=True)
     conn.close()
