@@ -41,6 +41,14 @@ How to read the output:
 - (3) 200 labels (``--quick``: 60) from 8 sender threads as fast as they go, with one worker
   process, then two, then four: tasks/s from the first label sent to the last task done, and
   the scale-out ratios 2/1 and 4/1 (target: 2 workers >= 1.8x one).
+- (3h) the same with the workers on 1, then 2, then 4 *hosts*, one worker process each: each
+  host a network namespace of its own (``tests/hosts.py``, root only; otherwise the step says
+  why it was skipped), with its own data directory and process group, reaching Redis on the
+  bridge's address (Redis listens there too) and the emulator through a forwarding process
+  (``tests/balancer.py``, one more hop per GitHub call than step 3; its CPU is ``forwarder``).
+  The loopback workers of step 3 are stopped first. Also the runs of each periodic duty
+  (``worker.rqworker.DUTIES``) over the step, against the step's length in intervals: once per
+  interval across the hosts, not once per host.
 - Steps 2 and 3 wait a bounded time after their last label (45 s and 75 s); a task not
   done by then counts as not done (a percentile that falls on one prints as ``>``) and
   its job is taken off the control queue, so the next step starts on an idle worker.
@@ -91,6 +99,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import jwt
@@ -103,12 +112,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from baton.queues import CONTROL  # noqa: E402
-from baton.records import OUTBOX_KEY, QUEUED, TASK_PREFIX  # noqa: E402
+from baton.records import COUNTERS_KEY, OUTBOX_KEY, QUEUED, TASK_PREFIX  # noqa: E402
 from baton.redis_server import EmbeddedRedis, free_port  # noqa: E402
 from bot.app import WEBHOOK_PATH  # noqa: E402
 from emulator import world  # noqa: E402
 from emulator.admin.client import AdminClient  # noqa: E402
 from evidence.keys import SigningKey  # noqa: E402
+from tests.hosts import Host, Network, Unavailable, why_not  # noqa: E402
+from worker.rqworker import DUTIES, RENEW_EVERY_S  # noqa: E402
 
 AGENT_LABEL = "agent:claude-code"
 SENDER = "maria"  # maintain on every repository here
@@ -122,6 +133,7 @@ JOB_ENDED = {b"finished", b"failed", b"stopped", b"canceled"}
 TARGET_P50_MS, TARGET_P95_MS, TARGET_CPU_MS, TARGET_TASKS_S, TARGET_COUNTED = 100.0, 300.0, 30.0, 50.0, 2
 TARGET_SCALE_2 = 1.8  # tasks/s with two worker processes over one
 WORKER_COUNTS = (1, 2, 4)  # step 3
+HOST_COUNTS = (1, 2, 4)  # step 3h: one worker process per host
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP = threading.Event()  # set on Ctrl-C / SIGTERM: senders stop sending
 BEGAN = time.monotonic()
@@ -852,6 +864,92 @@ def step_throughput(bench: Bench, n: int, wait_s: float) -> dict[str, Any]:
     }
 
 
+# -- step 3h: the workers on several hosts ---------------------------------------------------------
+
+
+def duty_runs(rdb: redis.Redis) -> dict[str, int]:
+    """How often each periodic duty has run so far, across every worker (``baton:counters``)."""
+    found = rdb.hgetall(COUNTERS_KEY)
+    return {d.name: int(found.get(d.counter.encode(), 0)) for d in DUTIES}
+
+
+def stop_workers(bench: Bench) -> None:
+    """Step 3's loopback workers, each told to stop and waited for, before the hosts' start."""
+    for proc in bench.workers:
+        if proc.popen.poll() is None:
+            proc.popen.send_signal(signal.SIGTERM)
+    for proc in bench.workers:
+        try:
+            proc.popen.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait(timeout=STOP_GRACE_S)
+    bench.workers = []
+
+
+def start_host_worker(bench: Bench, host: Host, env: dict[str, str], n: int) -> Proc:
+    """`baton worker --queues baton-control` on ``host``, once RQ lists n such workers."""
+    argv = [sys.executable, "-m", "baton", "worker", "--queues", CONTROL.name]
+    popen = host.start(argv, env, "worker.log")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and not STOP.is_set():
+        if popen.poll() is not None:
+            raise RuntimeError(
+                f"baton worker on {host.name} exited with {popen.returncode}; see {host.log_dir}"
+            )
+        if bench.rdb.scard(f"rq:workers:{CONTROL.name}") >= n:
+            break
+        time.sleep(0.05)
+    return Proc(f"worker on {host.name}", popen, host.log_dir / "worker.log")
+
+
+def step_hosts(bench: Bench, n: int, wait_s: float) -> dict[str, Any]:
+    """(3h): step 3 again with one worker process on each of 1, 2, then 4 hosts."""
+    reason = why_not()
+    if reason is not None:
+        return {"skipped": reason}
+    stop_workers(bench)
+    try:
+        net = Network(max(HOST_COUNTS), bench.work / "hosts")
+    except Unavailable as exc:
+        return {"skipped": str(exc)}
+    steps: list[dict[str, Any]] = []
+    phase, began_phase = duty_runs(bench.rdb), time.monotonic()
+    try:
+        with net:  # leaving it stops the hosts' workers, before Redis stops listening on the bridge
+            bench.rdb.config_set("bind", f"127.0.0.1 {net.gateway}")  # the hosts reach Redis directly
+            parts = urlsplit(bench.redis_url)
+            userinfo, at, _ = parts.netloc.rpartition("@")
+            redis_url = urlunsplit(parts._replace(netloc=f"{userinfo}{at}{net.gateway}:{parts.port}"))
+            env = {k: v for k, v in bench.env.items() if k not in ("BATON_DATA_DIR", "XDG_CACHE_HOME")}
+            env.update(REDIS_URL=redis_url, GITHUB_API_URL=net.reach(bench.api))
+            bench.pids["forwarder"] = [b.proc.pid for b in net.balancers]
+            for count in HOST_COUNTS:
+                while len(bench.workers) < count:
+                    host = net.hosts[len(bench.workers)]
+                    bench.workers.append(start_host_worker(bench, host, env, len(bench.workers) + 1))
+                for repo, number in bench.pool.take(count):
+                    bench.warm(repo, number)
+                say(f"(3h) {n} labels from 8 threads, workers on {count} host(s) ...")
+                before, began = duty_runs(bench.rdb), time.monotonic()
+                result = step_throughput(bench, n, wait_s)
+                took, after = time.monotonic() - began, duty_runs(bench.rdb)
+                result.update(hosts=count, duty_runs={k: after[k] - before[k] for k in after},
+                              duty_intervals=round(took / RENEW_EVERY_S, 1))  # fmt: skip
+                steps.append(result)
+            phase_s, ended = time.monotonic() - began_phase, duty_runs(bench.rdb)
+    finally:
+        bench.rdb.config_set("bind", "127.0.0.1")
+        bench.pids.pop("forwarder", None)
+        bench.workers = []
+    return {
+        "steps": steps,
+        "duty_runs": {k: ended[k] - phase[k] for k in ended},  # the whole step, warm-ups included
+        "duty_intervals": round(phase_s / RENEW_EVERY_S, 1),
+        "gateway": "a bridge; Redis direct, the emulator through a forwarder",
+    }
+
+
 def scale_out(throughput: list[dict[str, Any]]) -> dict[str, Any]:
     """Step 3's tasks/s with n workers over one worker's, and the target's verdict for two."""
     rates = {x["workers"]: x["tasks_per_s"] for x in throughput}
@@ -871,6 +969,8 @@ def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, A
     rate_wait, burst_wait = (15.0, 20.0) if args.quick else (45.0, 75.0)
     warmups = sum(n for n in WORKER_COUNTS if n > 1)  # each time workers are added: that many labels
     labels = n_serial + round(rate * seconds) + len(WORKER_COUNTS) * n_burst + warmups
+    if why_not() is None:  # step 3h: each host count's labels, and as many warm-ups as workers
+        labels += len(HOST_COUNTS) * n_burst + sum(HOST_COUNTS)
     bench = setup(work, procs, labels)
     try:
         say("(0) the emulator alone ...")
@@ -894,6 +994,9 @@ def run(args: argparse.Namespace, work: Path, procs: Processes, out: dict[str, A
             say(f"(3) {n_burst} labels from 8 threads, {count} worker process(es) ...")
             out["throughput"].append(step_throughput(bench, n_burst, burst_wait))
         out["scale_out"] = scale_out(out["throughput"])
+        out["hosts"] = step_hosts(bench, n_burst, burst_wait)
+        if "skipped" in out["hosts"]:
+            say(f"(3h) skipped: {out['hosts']['skipped']}")
         out["emulator_writes_after"] = step_emulator_writes(bench, installation_token(bench.api, bench.w))
         out["repositories"] = len(bench.pool.repos)
         out["never_done"] = [f"{s.repo}#{s.number} {s.task_id}" for s in bench.all_sent if s.done_at is None]
@@ -911,10 +1014,10 @@ def log_problems(work: Path) -> dict[str, list[str]]:
     """Error and warning lines (JSON ``level``, plain text, tracebacks) of each process's log."""
     pattern = re.compile(r'"level":\s*"(error|critical|warning)"|Traceback|\bERROR\b|\bWARNING\b')
     found: dict[str, list[str]] = {}
-    for log in sorted(work.glob("*.log")):
+    for log in sorted(work.glob("*.log")) + sorted(work.glob("hosts/*/*.log")):
         lines = [line[:300] for line in log.read_text(errors="replace").splitlines() if pattern.search(line)]
         if lines:
-            found[log.name] = lines
+            found[str(log.relative_to(work))] = lines
     return found
 
 
@@ -978,6 +1081,18 @@ def report(out: dict[str, Any]) -> None:
                 verdict(two is not None and two >= TARGET_TASKS_S) if n == 2 else "",
             )
         )
+    for x in (out.get("hosts") or {}).get("steps", []):
+        rows.append(
+            (
+                f"(3h) throughput, workers on {x['hosts']} host(s) ({x['done']}/{x['labels']} done)",
+                f"{x['tasks_per_s']} tasks/s (p50 {ms(x['p50_ms'], x['wait_s'])}, "
+                f"p95 {ms(x['p95_ms'], x['wait_s'])})",
+                "",
+                "",
+            )
+        )
+    if "skipped" in (out.get("hosts") or {}):
+        rows.append(("(3h) workers on several hosts", f"skipped: {out['hosts']['skipped']}", "", ""))
     scale = out.get("scale_out") or {}
     rows.append(
         (
@@ -1033,6 +1148,15 @@ def report(out: dict[str, Any]) -> None:
     for name, x in [("2", r), *((f"3/{x['workers']}", x) for x in out["throughput"])]:
         busy = ", ".join(f"{k} {v}%" for k, v in sorted(x["cpu"]["busy_pct"].items(), key=lambda kv: -kv[1]))
         print(f"CPU busy in step {name} (% of one core, over {x['cpu']['wall_s']} s): {busy}")
+    hosts = out.get("hosts") or {}
+    if "duty_runs" in hosts:
+        runs = ", ".join(f"{k} {v}" for k, v in hosts["duty_runs"].items())
+        print(f"periodic duties over step 3h ({hosts['duty_intervals']} intervals, up to 4 hosts): {runs}")
+    for x in hosts.get("steps", []):
+        runs = ", ".join(f"{k} {v}" for k, v in x["duty_runs"].items())
+        print(f"periodic duties in step 3h/{x['hosts']} ({x['duty_intervals']} intervals): {runs}")
+        busy = ", ".join(f"{k} {v}%" for k, v in sorted(x["cpu"]["busy_pct"].items(), key=lambda kv: -kv[1]))
+        print(f"CPU busy in step 3h/{x['hosts']} (% of one core, over {x['cpu']['wall_s']} s): {busy}")
     steps = [("1", s), ("2", r), *((f"3/{n}", x) for n, x in sorted(t.items()))]
     print("end markers:", "; ".join(f"step {k} {v['end_markers']}" for k, v in steps))
     print(
