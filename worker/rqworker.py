@@ -29,8 +29,9 @@ gaps:
   ``worker.requeue``), sealing captured audit events (``worker.audit``), and for idle workers only,
   draining the publishing outbox (``worker.outbox``) and the check for a redelivery pass
   (``worker.redeliver``, which also keeps its own schedule). Each run is counted in
-  ``baton:counters`` (``duty_<name>``, in /metrics). Correctness never rests on the claim (each duty
-  is safe twice over: its own claims and scripts); the claim is about load;
+  ``baton:counters`` (``duty_<name>``, in /metrics). Correctness never rests on the claim: each duty
+  is safe to run twice at once (its own per-task claims and scripts). The claim is about load, so
+  an outbox drain that finds a full batch due frees it, and idle workers drain a backlog together;
 - a lease that ran out is ended at the first tick of any worker after it did, not only by the
   sweep's holder (the claim script also says whether one has: the same round trip), so a dead
   worker's task is terminal within ``LEASE_S`` plus one tick.
@@ -328,7 +329,7 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
 def run(
     ctx: Context, duties: Collection[Duty], *, publish: bool, stop: Callable[[], bool] = lambda: False
 ) -> tuple[int, int]:
-    """Run ``duties``: end tasks whose lease ran out, drain the outbox... Returns (ended, published).
+    """Run each of ``duties`` once, whoever holds its claim. Returns (tasks ended, publications made).
 
     ``publish``: a task ended here is told on GitHub at once (else the outbox keeps it for an
     idle worker). ``stop`` is asked between tasks: a worker told to stop finishes the one in hand."""
