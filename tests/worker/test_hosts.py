@@ -80,7 +80,7 @@ def net(tmp_path: Path) -> Iterator[Network]:
 
 
 @pytest.fixture
-def deployment(stage: Stage, net: Network, redis_url: str, evidence_keys: EvidenceKeys) -> Deployment:
+def deployment(net: Network, stage: Stage, redis_url: str, evidence_keys: EvidenceKeys) -> Deployment:
     return Deployment(stage, net, redis_url, evidence_keys)
 
 
