@@ -45,7 +45,7 @@ How to read the output:
   host a network namespace of its own (``tests/hosts.py``, root only; otherwise the step says
   why it was skipped), with its own data directory and process group, reaching Redis on the
   bridge's address (Redis listens there too) and the emulator through a forwarding process
-  (``tests/balancer.py``, one more hop per GitHub call than step 3; its CPU is ``forwarder``).
+  (``tests/forwarder.py``, one more hop per GitHub call than step 3; its CPU is ``forwarder``).
   The loopback workers of step 3 are stopped first. Also the runs of each periodic duty
   (``worker.rqworker.DUTIES``) over the step, against the step's length in intervals: once per
   interval across the hosts, not once per host.
@@ -923,7 +923,7 @@ def step_hosts(bench: Bench, n: int, wait_s: float) -> dict[str, Any]:
             redis_url = urlunsplit(parts._replace(netloc=f"{userinfo}{at}{net.gateway}:{parts.port}"))
             env = {k: v for k, v in bench.env.items() if k not in ("BATON_DATA_DIR", "XDG_CACHE_HOME")}
             env.update(REDIS_URL=redis_url, GITHUB_API_URL=net.reach(bench.api))
-            bench.pids["forwarder"] = [b.proc.pid for b in net.balancers]
+            bench.pids["forwarder"] = [f.proc.pid for f in net.forwarders]
             for count in HOST_COUNTS:
                 while len(bench.workers) < count:
                     host = net.hosts[len(bench.workers)]

@@ -1,10 +1,10 @@
 """Two `baton serve` processes behind one address, as a platform's proxy puts them (fly.io's, say).
 
-GitHub sends each delivery to the one webhook URL; a round-robin balancer (``tests.balancer``)
-hands each connection to the next `baton serve` process, both on one Redis. A delivery GitHub
-sends again (a redelivery, the same GUID) may reach the other process: it must be stored once
-all the same, and answered as a duplicate by whichever process it reached. One process stopping
-leaves the address working.
+GitHub sends each delivery to the one webhook URL; the balancer (``tests.balancer``) hands each
+request to the next `baton serve` process in turn, both on one Redis. A delivery sent again (a
+redelivery: the same GUID) reaches the other process: it must be stored once all the same, and
+answered as a duplicate by whichever process it reached. One process stopping leaves the address
+working.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from baton.redis_server import free_port
 from bot.app import WEBHOOK_PATH
 from emulator import EmulatorServer, world
 from emulator.admin.client import AdminClient
-from tests.balancer import Balancer
+from tests.balancer import Balancer, balancer
 from tests.conftest import EvidenceKeys, delivery_headers
 
 LABELS = 4
@@ -44,12 +44,13 @@ class Front:
     admin: AdminClient
     w: world.World
     balancer: Balancer
+    port: int  # where the balancer listens
     serves: list[tuple[subprocess.Popen[bytes], str]]  # (process, its own base URL)
     work: Path
 
     @property
     def url(self) -> str:
-        return f"http://{self.balancer.address}{WEBHOOK_PATH}"
+        return f"http://127.0.0.1:{self.port}{WEBHOOK_PATH}"
 
     def logs(self) -> str:
         return "".join(
@@ -102,9 +103,9 @@ def front(tmp_path: Path, redis_url: str, evidence_keys: EvidenceKeys) -> Iterat
     with (
         EmulatorServer(tmp_path / "github") as server,
         AdminClient(server.url) as admin,
-        Balancer("127.0.0.1", [("127.0.0.1", p) for p in ports]) as balancer,
+        balancer(ports) as (front_door, front_port),
     ):
-        w = world.build(admin, server.url, webhook_url=f"http://{balancer.address}{WEBHOOK_PATH}")
+        w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{front_port}{WEBHOOK_PATH}")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BATON_", "GITHUB_"))}
         env.update(evidence_keys.env(), REDIS_URL=redis_url, WEBHOOK_SECRET=w.webhook_secret,
                    APP_ID=str(w.app_id), PRIVATE_KEY=w.private_key, GITHUB_API_URL=server.url,
@@ -119,7 +120,7 @@ def front(tmp_path: Path, redis_url: str, evidence_keys: EvidenceKeys) -> Iterat
                 procs.append(proc)
                 serves.append((proc, f"http://127.0.0.1:{port}"))
             procs.append(_start(["worker", "--queues", "baton-control"], env, tmp_path / "worker.log"))
-            made = Front(admin, w, balancer, serves, tmp_path)
+            made = Front(admin, w, front_door, front_port, serves, tmp_path)
             for proc, base in serves:
                 made.wait(lambda b=base, p=proc: _ready(b, p), START_S, f"baton serve on {base}")
             yield made
@@ -138,8 +139,8 @@ def _ready(base: str, proc: subprocess.Popen[bytes]) -> bool:
 
 
 def _send_again(front: Front, delivery: dict[str, Any]) -> httpx.Response:
-    """The delivery again, same GUID and signed body, on a connection of its own (so the
-    balancer gives it the next process in turn)."""
+    """The delivery again: the same GUID, its payload signed (the balancer gives each request the
+    next process in turn)."""
     payload = front.admin.call("GET", f"/deliveries/{delivery['id']}")["payload"]
     body = json.dumps(payload).encode()
     headers = delivery_headers(body, delivery["event"], delivery["guid"], front.w.webhook_secret.encode())
@@ -152,7 +153,7 @@ def test_deliveries_through_one_address_to_two_serves_are_stored_once(front: Fro
     assert [d["status_code"] for d in sent] == [202] * LABELS
 
     for delivery in sent:
-        for _ in range(2):  # two connections in a row: one to each process
+        for _ in range(2):  # two requests in a row: one to each process
             again = _send_again(front, delivery)
             assert again.status_code == 200, again.text
             assert again.json() == {"status": "duplicate", "task_id": delivery["guid"]}
@@ -168,6 +169,7 @@ def test_deliveries_through_one_address_to_two_serves_are_stored_once(front: Fro
     seen = [front.deliveries(base) for _, base in front.serves]
     assert sum(s.get("queued", 0) for s in seen) == LABELS, seen
     assert all(s.get("duplicate", 0) >= LABELS for s in seen), seen  # each process turned copies away
+    assert all(n > LABELS for n in front.balancer.served), front.balancer.served
 
     for delivery in sent:  # and each label was worked once: one status comment per issue
         front.wait(lambda n=delivery["number"]: bool(front.comments(n)), 30, "the status comments")
@@ -177,7 +179,6 @@ def test_deliveries_through_one_address_to_two_serves_are_stored_once(front: Fro
 
     stopped, _ = front.serves[0]
     _stop(stopped)  # one process goes (a deploy, a crash): the address still takes deliveries
-    time.sleep(1.5)  # past the emulator's keep-alive expiry (1 s): its next delivery opens a connection
     late = front.label("After one process stopped")
     assert late["status_code"] == 202, late
     front.wait(lambda: bool(front.comments(late["number"])), 30, "the last status comment")
