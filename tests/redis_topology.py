@@ -130,6 +130,8 @@ class Node:
     sentinel: bool = False
     security: Security = field(default_factory=Security)
     lines: list[str] = field(default_factory=list)  # the configuration, beyond port, dir and security
+    #: Where other hosts reach it (a bridge's address, ``tests.hosts``); it listens there and on loopback.
+    address: str = "127.0.0.1"
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -149,7 +151,10 @@ class Node:
             if fresh or not self.sentinel:  # a Sentinel rewrites its own file as it learns: keep it
                 tls = self.security.tls is not None
                 listen = [f"port {0 if tls else self.port}"] + ([f"tls-port {self.port}"] if tls else [])
-                body = [*listen, "bind 127.0.0.1", f"dir {self.directory}"]
+                bind = "127.0.0.1" if self.address == "127.0.0.1" else f"127.0.0.1 {self.address}"
+                announce = "sentinel announce-ip" if self.sentinel else "replica-announce-ip"
+                announce = f"{announce} {self.address}"
+                body = [*listen, f"bind {bind}", f"dir {self.directory}", announce]
                 if not self.sentinel:
                     body += ["save ''", "appendonly yes", "appendfsync everysec", *self.security.node_lines()]
                 else:
@@ -220,27 +225,28 @@ class Topology:
     replicas: int = 2
     sentinels: int = 3
     security: Security = field(default_factory=Security)
+    #: The address every node is known by (``Node.address``); other hosts reach the topology there.
+    address: str = "127.0.0.1"
     data: list[Node] = field(default_factory=list)
     watchers: list[Node] = field(default_factory=list)
 
     def start(self) -> Topology:
-        primary = Node(self.directory / "node-0", security=self.security)
+        primary = Node(self.directory / "node-0", security=self.security, address=self.address)
         primary.start()
         self.data = [primary]
         for n in range(self.replicas):
-            replica = Node(self.directory / f"node-{n + 1}", security=self.security,
-                           lines=[f"replicaof 127.0.0.1 {primary.port}"])  # fmt: skip
+            replica = Node(self.directory / f"node-{n + 1}", security=self.security, address=self.address,
+                           lines=[f"replicaof {self.address} {primary.port}"])  # fmt: skip
             replica.start()
             self.data.append(replica)
         self.wait_replicas(self.replicas)
         for n in range(self.sentinels):
-            lines = [f"sentinel monitor {SERVICE} 127.0.0.1 {primary.port} {min(2, self.sentinels)}",
+            lines = [f"sentinel monitor {SERVICE} {self.address} {primary.port} {min(2, self.sentinels)}",
                      f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                      f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
                      f"sentinel parallel-syncs {SERVICE} {max(1, self.replicas)}"]  # fmt: skip
-            watcher = Node(
-                self.directory / f"sentinel-{n}", sentinel=True, security=self.security, lines=lines
-            )
+            where = self.directory / f"sentinel-{n}"
+            watcher = Node(where, sentinel=True, security=self.security, lines=lines, address=self.address)
             watcher.start()
             self.watchers.append(watcher)
         everyone = "the Sentinels to see every node"
@@ -262,7 +268,7 @@ class Topology:
     def url(self) -> str:
         """REDIS_URL for Baton: the Sentinel set, the data nodes' login, the Sentinels' own."""
         sec = self.security
-        hosts = ",".join(f"127.0.0.1:{w.port}" for w in self.watchers)
+        hosts = ",".join(f"{self.address}:{w.port}" for w in self.watchers)
         auth = ""
         if sec.password:
             auth = f"{quote(sec.user or '', safe='')}:{quote(sec.password, safe='')}@"
@@ -336,9 +342,15 @@ class Topology:
 
 @contextlib.contextmanager
 def topology(
-    directory: Path, *, replicas: int = 2, sentinels: int = 3, security: Security | None = None
+    directory: Path,
+    *,
+    replicas: int = 2,
+    sentinels: int = 3,
+    security: Security | None = None,
+    address: str = "127.0.0.1",
 ) -> Iterator[Topology]:
-    setup = Topology(directory, replicas=replicas, sentinels=sentinels, security=security or Security())
+    setup = Topology(directory, replicas=replicas, sentinels=sentinels, security=security or Security(),
+                     address=address)  # fmt: skip
     try:
         yield setup.start()
     finally:
