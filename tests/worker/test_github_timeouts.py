@@ -207,7 +207,8 @@ def test_a_deadline_bounds_many_calls_whose_every_answer_comes_late(stage: Stage
                     timeout=SLOW, retry=POLICY)  # fmt: skip
     client = app.for_repository(stage.world.installation_id, world.REPO, "read")
     api.request(client, "GET", f"/repos/{world.REPO}")  # the token, minted before the freeze
-    paths = [f"/repos/{world.REPO}", f"/repos/{world.REPO}/branches/main", f"/repos/{world.REPO}/issues"]
+    paths = [f"/repos/{world.REPO}", f"/repos/{world.REPO}/branches/main",
+             f"/repos/{world.REPO}/collaborators/maria/permission"]  # fmt: skip
     for path in paths:
         stage.admin.add_fault(path, kind="freeze", count=2, latency_ms=int(2 * SLOW * 1000))
     limit = 6.0
