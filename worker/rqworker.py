@@ -29,7 +29,11 @@ gaps:
 - idle workers drain the publishing outbox (``worker.outbox``).
 
 The sweep during a job touches only Redis, so a slow GitHub can never delay a
-lease renewal into a false "worker lost".
+lease renewal into a false "worker lost". An idle sweep's GitHub calls (the
+outbox, redeliveries, publishing for a dead worker's task) share one deadline,
+``SWEEP_GITHUB_S``, and the next sweep is due an interval after this one ended: a
+task that arrives while GitHub does not answer waits for one short sweep at most,
+not for one call's every retry, twice.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from baton import queues, records, redis_client
 from baton.errors import BatonError
 from worker import context, jobs, keepalive, lifecycle, outbox, redeliver, requeue
 from worker.context import Context
+from worker.github import deadline
 from worker.lifecycle import State
 from worker.publish import publisher
 from worker.runner import box
@@ -75,6 +80,9 @@ RENEW_EVERY_S = 5
 WORKER_TTL_S = 20
 #: RQ's own registry cleanup (its default interval).
 RQ_CLEAN_EVERY_S = 600.0
+#: What an idle sweep may spend on GitHub in all (``worker.github.deadline``): a control task that
+#: arrives meanwhile waits this at most, then has its own deadline (``baton.queues.CONTROL``).
+SWEEP_GITHUB_S = 10.0
 
 
 class BatonWorker(Worker):
@@ -148,6 +156,9 @@ class BatonWorker(Worker):
         else:
             self.last_cleaned_at = now()  # type: ignore[assignment]
         self._sweep(publish=True)
+        # Due again an interval after this sweep ended: stamped only before it, a sweep slower than
+        # the interval made RQ run a second one before it looked at the queue.
+        self.last_cleaned_at = now()  # type: ignore[assignment]
 
     # -- a primary lost for good (baton.redis_client.NoPrimary) ------------------------------------
 
@@ -226,7 +237,13 @@ def _ends_on_lost_primary() -> Iterator[None]:
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
     """End tasks whose lease ran out; with ``publish``, drain the outbox. Returns (ended, published).
 
-    ``stop`` is asked between tasks: a worker told to stop finishes the one in hand, no more."""
+    ``stop`` is asked between tasks: a worker told to stop finishes the one in hand, no more. Its
+    GitHub calls end within ``SWEEP_GITHUB_S``; what is left then waits in the outbox."""
+    with deadline.within(SWEEP_GITHUB_S):
+        return _sweep(ctx, publish=publish, stop=stop)
+
+
+def _sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool]) -> tuple[int, int]:
     ended = 0
     for task_id in lifecycle.expired_leases(ctx.redis):
         if stop():
@@ -244,11 +261,10 @@ def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: Fal
     requeue.lost_jobs(ctx.redis)
     published = 0
     if publish and ctx.github is not None:
-        published = outbox.drain(
-            ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication), stop=stop
-        )
+        published = outbox.drain(ctx.redis, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication),
+                                 stop=lambda: stop() or deadline.spent())  # fmt: skip
     jobs.seal_audit(ctx)
-    if publish:  # idle: a redelivery pass talks to GitHub, which a busy worker's sweep never does
+    if publish and not deadline.spent():  # idle: a redelivery pass talks to GitHub, a busy sweep never
         redeliver.maybe_run(ctx)
     return ended, published
 
