@@ -25,6 +25,7 @@ INSPECT_FILTER_CONFIGURED = "inspect.filter_configured"
 INSPECT_UNKNOWN_REVISION = "inspect.unknown_revision"
 INSPECT_WORKSPACE_UNREADABLE = "inspect.workspace_unreadable"
 INSPECT_BRANCH_EXISTS = "inspect.branch_exists"
+GITHUB_DEADLINE = "github-deadline"
 GIT_FETCH_FAILED = "git-fetch-failed"
 GIT_PUSH_FAILED = "git-push-failed"
 PUSH_REJECTED = "push-rejected"
@@ -59,6 +60,9 @@ ENTRIES = (
          "None needed: re-run the check from GitHub once the pull request has a head commit."),
     Code("github-call-failed", "GitHub did not answer a call Baton needed, even after retrying.",
          "Check githubstatus.com and the worker's network; the worker log names the call."),
+    Code(GITHUB_DEADLINE, "GitHub did not answer within the time Baton allows one task, so Baton stopped "
+         "it before acting.",
+         "Check githubstatus.com and the worker's network (the worker log names the call); then ask again."),
     Code("token-refused", "GitHub refused Baton an access token for this repository. "
          "Check that the App is still installed on it.",
          "Reinstall the App on the repository, or unsuspend the installation, in the org's settings."),

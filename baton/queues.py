@@ -4,6 +4,12 @@ Agent runs take minutes; merge gates and control tasks (cancel, commands,
 installation sync, and the admission of a run) take seconds. They get separate
 queues, served by separate worker processes, so a long agent run can never
 delay a gate, a cancel, or the answer "a run is already in progress".
+
+A control job's GitHub calls share one deadline (``worker.github.deadline``), so a
+GitHub that takes connections and never answers ends the task ``failed`` within it
+rather than after each call has spent its own retries; RQ's job timeout stays
+above what the deadline allows (each phase of the last request may take what was
+left), a backstop for what the deadline does not cover.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ class QueueSpec:
     name: str
     #: RQ kills a job that runs longer than this (seconds).
     job_timeout: int
+    #: Seconds a job's GitHub calls may take in all, or None: each call has only its own bound.
+    github_deadline_s: float | None = None
 
 
 AGENTS = QueueSpec("baton-agents", job_timeout=3 * 3600)
 GATES = QueueSpec("baton-gates", job_timeout=3600)
-CONTROL = QueueSpec("baton-control", job_timeout=300)
+CONTROL = QueueSpec("baton-control", job_timeout=120, github_deadline_s=30.0)
 ALL: tuple[QueueSpec, ...] = (AGENTS, GATES, CONTROL)
 BY_NAME = {q.name: q for q in ALL}
 

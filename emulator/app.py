@@ -210,6 +210,11 @@ async def _answer(emu: Emulator, call: _Call, handler: Handler | None) -> Reply:
             return await _answer_now(emu, call, handler)
         finally:
             await asyncio.sleep(fault.latency_ms / 1000)  # done (or refused); only the answer is late
+    if fault is not None and fault.kind == "freeze":
+        until = time.monotonic() + fault.latency_ms / 1000
+        while emu.faults.holds(fault.id) and time.monotonic() < until:
+            await asyncio.sleep(0.05)  # taken, never answered, nothing done: until thawed
+        raise fault_error(fault, call.request_id)
     if fault is not None:
         if fault.latency_ms:
             await asyncio.sleep(fault.latency_ms / 1000)

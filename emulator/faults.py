@@ -3,9 +3,12 @@
 Kinds: ``status`` (any 5xx or other code with GitHub's error body),
 ``secondary_rate_limit`` (403/429 with ``Retry-After``), ``primary_rate_limit``
 (403/429 with ``x-ratelimit-remaining: 0`` and ``x-ratelimit-reset``) and
-``latency`` (delay, then answer normally) and ``late_answer`` (act at once, then
+``latency`` (delay, then answer normally), ``late_answer`` (act at once, then
 delay the answer: GitHub made the comment or check run, and the caller's read
-timeout lost the answer). Rules are consumed in the order added.
+timeout lost the answer) and ``freeze`` (a GitHub that takes the request and never
+answers: held, with nothing done, until the rule is cleared or ``latency_ms``
+passes, then ended with its ``status``, 504 by default, as GitHub ends a request it
+could not finish). Rules are consumed in the order added.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from typing import Any
 
 from emulator.errors import ApiError
 
-KINDS = ("status", "secondary_rate_limit", "primary_rate_limit", "latency", "late_answer")
+KINDS = ("status", "secondary_rate_limit", "primary_rate_limit", "latency", "late_answer", "freeze")
+#: How long a ``freeze`` holds a request unless told (the most ``latency_ms`` may be).
+FREEZE_MS = 60_000
 _SECONDARY_MESSAGE = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
     "If you reach out to GitHub Support for help, please include the request ID "
@@ -72,15 +77,15 @@ def build_fault(fault_id: int, spec: dict[str, Any]) -> Fault:
     count = spec.get("count", 1)
     if not isinstance(count, int) or not 1 <= count <= 10_000:
         raise FaultError("count must be an integer from 1 to 10000")
-    default_status = {"status": 502, "latency": 200, "late_answer": 200}.get(kind, 403)
+    default_status = {"status": 502, "latency": 200, "late_answer": 200, "freeze": 504}.get(kind, 403)
     status = spec.get("status", default_status)
     if kind not in {"latency", "late_answer"} and (not isinstance(status, int) or not 400 <= status <= 599):
         raise FaultError("status must be an HTTP error code (400-599)")
     if kind in {"secondary_rate_limit", "primary_rate_limit"} and status not in {403, 429}:
         raise FaultError("rate limits answer 403 or 429")
-    latency_ms = spec.get("latency_ms", 0)
-    if not isinstance(latency_ms, int) or not 0 <= latency_ms <= 60_000:
-        raise FaultError("latency_ms must be an integer from 0 to 60000")
+    latency_ms = spec.get("latency_ms", FREEZE_MS if kind == "freeze" else 0)
+    if not isinstance(latency_ms, int) or not 0 <= latency_ms <= FREEZE_MS:
+        raise FaultError(f"latency_ms must be an integer from 0 to {FREEZE_MS}")
     method = spec.get("method")
     if method is not None and not isinstance(method, str):
         raise FaultError("method must be a string")
@@ -119,6 +124,11 @@ class Faults:
     def list(self) -> list[dict[str, Any]]:
         with self._lock:
             return [asdict(f) for f in self._rules]
+
+    def holds(self, fault_id: int) -> bool:
+        """Is rule ``fault_id`` still in force (not cleared)? A ``freeze`` holds its requests while it is."""
+        with self._lock:
+            return any(f.id == fault_id for f in self._rules)
 
     def take(self, method: str, path: str) -> Fault | None:
         with self._lock:

@@ -86,6 +86,7 @@ class EmulatorServer:
 
     def stop(self) -> None:
         """Shut down; afterwards ``state.json`` holds everything (another server may load it)."""
+        self.emulator.faults.clear()  # a frozen request is let go, so the server can stop
         self._server.should_exit = True
         self._thread.join(timeout=START_TIMEOUT_SECONDS)
         self._socket.close()

@@ -10,7 +10,10 @@ with the run itself as its handler (``worker.runs.execute``), and frees the
 issue's lock and budget slots once its outcome is published. Errors Baton raises on purpose end
 the task ``failed`` with a fixed message for their code; a job timeout ends it
 ``timed-out``; anything else also ends it ``failed`` and is re-raised so RQ
-keeps the traceback.
+keeps the traceback. A control job's GitHub calls, its first attempt to publish
+included, share its queue's deadline (``baton.queues``): a GitHub that never
+answers ends the task ``failed`` (``github-deadline``) within it, and the outbox
+publishes the failure once GitHub answers again.
 
 When the job itself dies, ``end_abnormally`` does the same from outside: RQ's
 failure callback (``on_failure``), the worker whose job process was killed
@@ -32,13 +35,14 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.timeouts import BaseTimeoutException
 
+from baton import queues
 from baton.errors import BatonError
 from baton.tasks import Kind, Task
 from evidence.audit import AuditError
 from worker import audit, context, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
-from worker.github import transport
+from worker.github import deadline, transport
 from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
 from worker.publish import Publication, publisher, status_now
@@ -88,8 +92,10 @@ def run_agent(data: dict[str, Any]) -> JobReturn:
 
 def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobReturn:
     kind = transport.TASK_KIND.set(task.kind.value if handler is None else "run")
+    spec = queues.QUEUE_FOR[task.kind] if handler is None else queues.AGENTS
     try:
-        return _execute(ctx, task, handler)
+        with deadline.within(spec.github_deadline_s):  # the control queue's: every call of the job
+            return _execute(ctx, task, handler)
     finally:
         transport.TASK_KIND.reset(kind)
         try:
@@ -207,6 +213,8 @@ def publish_now(ctx: Context, task_id: str) -> str:
     """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
     if ctx.github is None:
         return "not published: the worker has no App credentials"
+    if deadline.spent():  # the work's time for GitHub is gone: an idle worker tries, on its own time
+        return "kept in the outbox for an idle worker: no time left for GitHub"
     done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"
 

@@ -37,7 +37,11 @@ gaps:
   worker's task is terminal within ``LEASE_S`` plus one tick.
 
 The tick during a job touches only Redis, so a slow GitHub can never delay a
-lease renewal into a false "worker lost".
+lease renewal into a false "worker lost". An idle tick's GitHub calls (the
+outbox, redeliveries, publishing for a dead worker's task) share one deadline,
+``SWEEP_GITHUB_S``, and the next tick is due an interval after this one ended: a
+task that arrives while GitHub does not answer waits for one short tick at most,
+not for one call's every retry, twice.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ from baton import keys, queues, records, redis_client
 from baton.errors import BatonError
 from worker import context, jobs, keepalive, lifecycle, locks, outbox, redeliver, requeue
 from worker.context import Context
+from worker.github import deadline
 from worker.lifecycle import State
 from worker.publish import publisher
 from worker.runner import box
@@ -132,6 +137,10 @@ end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, 1)
 return {#expired, won}
 """
+
+#: What an idle sweep may spend on GitHub in all (``worker.github.deadline``): a control task that
+#: arrives meanwhile waits this at most, then has its own deadline (``baton.queues.CONTROL``).
+SWEEP_GITHUB_S = 10.0
 
 
 class BatonWorker(Worker):
@@ -205,6 +214,9 @@ class BatonWorker(Worker):
         else:
             self.last_cleaned_at = now()  # type: ignore[assignment]
         self._tick(idle=True)
+        # Due again an interval after this tick ended: stamped only before it, a tick slower than
+        # the interval made RQ run a second one before it looked at the queue.
+        self.last_cleaned_at = now()  # type: ignore[assignment]
 
     # -- a primary lost for good (baton.redis_client.NoPrimary) ------------------------------------
 
@@ -312,18 +324,20 @@ def tick(ctx: Context, *, idle: bool, stop: Callable[[], bool] = lambda: False) 
     by = holder()
     claimed = claim(ctx.redis, offered, by=by)
     won = set(claimed.won)
-    if claimed.expired and SWEEP not in won:
-        _end_expired(ctx, publish=idle, stop=stop)
-    if OUTBOX in won and len(outbox.due(ctx.redis, limit=OUTBOX_BATCH)) >= OUTBOX_BATCH:
-        # A backlog (after a GitHub outage): the next idle worker drains the next batch alongside.
-        locks.release(ctx.redis, OUTBOX.key, by)
-    run(ctx, won, publish=idle, stop=stop)
+    with deadline.within(SWEEP_GITHUB_S):
+        if claimed.expired and SWEEP not in won:
+            _end_expired(ctx, publish=idle, stop=stop)
+        if OUTBOX in won and len(outbox.due(ctx.redis, limit=OUTBOX_BATCH)) >= OUTBOX_BATCH:
+            # A backlog (after a GitHub outage): the next idle worker drains the next batch alongside.
+            locks.release(ctx.redis, OUTBOX.key, by)
+        run(ctx, won, publish=idle, stop=stop)
     return claimed
 
 
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> tuple[int, int]:
     """Every duty now, claimed or not (``publish``: the idle worker's too). Returns (ended, published)."""
-    return run(ctx, [d for d in DUTIES if publish or not d.idle_only], publish=publish, stop=stop)
+    with deadline.within(SWEEP_GITHUB_S):
+        return run(ctx, [d for d in DUTIES if publish or not d.idle_only], publish=publish, stop=stop)
 
 
 def run(
@@ -332,7 +346,9 @@ def run(
     """Run each of ``duties`` once, whoever holds its claim. Returns (tasks ended, publications made).
 
     ``publish``: a task ended here is told on GitHub at once (else the outbox keeps it for an
-    idle worker). ``stop`` is asked between tasks: a worker told to stop finishes the one in hand."""
+    idle worker). ``stop`` is asked between tasks: a worker told to stop finishes the one in hand.
+    Its GitHub calls end with the caller's deadline (``SWEEP_GITHUB_S``); what is left then waits in
+    the outbox, and a redelivery pass for the next tick."""
     ended = published = 0
     if SWEEP in duties:
         ended = _end_expired(ctx, publish=publish, stop=stop)
@@ -346,10 +362,12 @@ def run(
         return ended, 0
     if OUTBOX in duties and ctx.github is not None:
         perform = publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication)
-        published = outbox.drain(ctx.redis, perform, limit=OUTBOX_BATCH, stop=stop)
+        published = outbox.drain(
+            ctx.redis, perform, limit=OUTBOX_BATCH, stop=lambda: stop() or deadline.spent()
+        )
     if AUDIT in duties:
         jobs.seal_audit(ctx)
-    if REDELIVERY in duties and redeliver.maybe_run(ctx) is not None:
+    if REDELIVERY in duties and not deadline.spent() and redeliver.maybe_run(ctx) is not None:
         ctx.redis.hincrby(records.COUNTERS_KEY, REDELIVERY_RAN, 1)
     return ended, published
 

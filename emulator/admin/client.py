@@ -339,7 +339,8 @@ class AdminClient:
 
     # -- faults, settings, inspection ----------------------------------------------
     def add_fault(self, path: str, *, kind: str = "status", count: int = 1, **options: Any) -> dict[str, Any]:
-        """kind: status | secondary_rate_limit | primary_rate_limit | latency (see emulator.faults)."""
+        """kind: status | secondary_rate_limit | primary_rate_limit | latency | late_answer | freeze
+        (see emulator.faults)."""
         result: dict[str, Any] = self.call(
             "POST", "/faults", {"path": path, "kind": kind, "count": count, **options}
         )

@@ -26,6 +26,12 @@ more requests than the writes its task made times the budget); and the accountin
 (``tests.drills.accounting``): every label a finished task, nothing running, no second pull
 request or status comment, no receipt missing.
 
+A frozen GitHub is drilled on its own: it takes every connection and request and never answers
+(the emulator's ``freeze``), and the label arrives while its idle worker waits on GitHub too. The
+label's control task must end ``failed`` within ``CONTRACT_S`` of arriving, measured from its own
+record, naming the reason (``github-deadline``), and having said nothing; once GitHub answers
+again, the outbox puts that failure on the issue, once.
+
 One more fault is drilled on its own: an answer slower than the worker's read timeout
 (``FROZEN_MS``) to a create GitHub acted on at once (the emulator's ``late_answer``). Baton used to
 retry the create and GitHub made a second (found by this drill); now a POST whose answer was lost
@@ -41,12 +47,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
 import redis
 
-from baton import queues
+from baton import codes, queues
 from emulator import world
 from tests.drills import accounting
 from tests.drills.procs import registered, wait_for
@@ -329,3 +336,57 @@ def test_a_create_whose_answer_is_lost_is_made_once(stage: Stage, workers: Worke
 
     wait_for(frozen, BOUND_S, "the frozen creates to be answered", workers.log)
     accounting.account(stage.admin, rdb, [label.guid, gate])
+
+
+#: The issue's contract: a frozen GitHub ends a control task within this, from the task's start.
+CONTRACT_S = 60.0
+
+
+def _at(event: dict[str, str]) -> float:
+    """A history event's time (``baton.logs.timestamp``), as epoch seconds."""
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+def test_a_frozen_github_fails_a_label_within_a_minute_and_says_so_once_it_answers(
+    stage: Stage, workers: Workers, rdb: redis.Redis
+) -> None:
+    number = stage.issue()
+    # Every API call held unanswered, the token exchange too; from before the worker starts, so its
+    # first idle sweep (a redelivery pass is due) is waiting on GitHub when the label arrives.
+    stage.admin.add_fault("/*", kind="freeze", count=10_000)
+    try:
+        proc = workers.start("a", queues=queues.CONTROL.name)
+        wait_for(lambda: registered(rdb, {proc.pid}), 60, "the worker to start", workers.log)
+        wait_for(lambda: stage.admin.faults()[0]["hits"], 60, "the idle worker to call GitHub", workers.log)
+        label = _label(stage, number, "researcher", "maria")
+        # Bounded well past the contract: the assertion is on the task's own timestamps, below.
+        wait_for(lambda: lifecycle.current(rdb, label.guid) in lifecycle.TERMINAL, 3 * CONTRACT_S,
+                 "the task to end while GitHub is frozen", workers.log)  # fmt: skip
+        ended = lifecycle.history(rdb, label.guid)
+        frozen_comments = _comments(stage)
+    finally:
+        stage.admin.clear_faults()
+    thawed = time.monotonic()
+    context = f"{ended}\n{workers.log()}"
+    assert [e["to"] for e in ended] == ["queued", "running", "failed"], context
+    took, waited = _at(ended[-1]) - _at(ended[1]), _at(ended[1]) - _at(ended[0])
+    print(f"\nfrozen GitHub: the task ended {took:.1f}s after it started, {waited:.1f}s in the queue before")
+    assert took + waited < CONTRACT_S, context  # from the label's arrival: what its author waits
+    detail = lifecycle.field(rdb, label.guid, "detail") or ""
+    code = detail.split(":", 1)[0]
+    assert code == "github-deadline", context
+    assert code in codes.REGISTRY
+    assert frozen_comments == []  # nothing reached GitHub while it was frozen
+
+    def published() -> bool:
+        return any(c["issue_number"] == number for c in _comments(stage))
+
+    waited = wait_for(published, BOUND_S, "the status comment once GitHub answers again", workers.log)
+    print(f"status comment on the issue {waited:.1f}s after GitHub answered again "
+          f"({time.monotonic() - thawed:.1f}s)")  # fmt: skip
+    [comment] = [c for c in _comments(stage) if c["issue_number"] == number]
+    assert comment["body"].endswith("state `failed`</sub>"), comment["body"]
+    assert "error code `github-deadline`" in comment["body"]
+    assert codes.REGISTRY["github-deadline"].sentence in comment["body"]
+    assert [e["to"] for e in lifecycle.history(rdb, label.guid)] == ["queued", "running", "failed"]
+    accounting.account(stage.admin, rdb, [label.guid])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -140,3 +141,26 @@ def test_every_api_request_is_one_log_line(world: World) -> None:
     admin_paths = [line["path"] for line in lines if line["path"].startswith("/_emulator")]
     assert admin_paths == []
     assert httpx.get(f"{world.url}/_emulator/requests").json()[-1]["path"] == "/no/such/path"
+
+
+def test_a_freeze_holds_every_request_unanswered_and_undone_until_cleared(world: World) -> None:
+    """A frozen GitHub takes the connection and the request and says nothing; once thawed, a request
+    it held is ended with a 504 and nothing it asked for was done."""
+    runs = f"{REPO_PATH}/check-runs"
+    _fault(world, kind="freeze", path="/repos/*", count=100)
+    with world.api(world.token()) as api:
+        with pytest.raises(httpx.ReadTimeout):
+            api.get(REPO_PATH, timeout=0.3)
+        with pytest.raises(httpx.ReadTimeout):
+            api.post(runs, json={"name": "never-made", "head_sha": world.head_sha}, timeout=0.3)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(api.get, REPO_PATH, timeout=10.0)
+            deadline = time.monotonic() + 5
+            while world.admin.get("/_emulator/faults").json()[0]["hits"] < 3:
+                assert time.monotonic() < deadline, "the third request never reached the emulator"
+                time.sleep(0.02)
+            assert not held.done()
+            world.admin.delete("/_emulator/faults")
+            assert held.result(timeout=5).status_code == 504
+        listed = api.get(f"{REPO_PATH}/commits/{world.head_sha}/check-runs").json()["check_runs"]
+    assert "never-made" not in [r["name"] for r in listed]

@@ -9,8 +9,9 @@ import redis
 
 from emulator import world
 from tests.worker.conftest import Stage
-from worker.github import api
+from worker.github import api, deadline
 from worker.github.client import AppCredentials, GitHubApp, GitHubError, retry_after_seconds
+from worker.github.deadline import DeadlineExceeded
 from worker.github.limits import MAX_OUTPUT_CHARS, Action, Annotation, Output
 from worker.github.retry import RetryPolicy
 
@@ -311,3 +312,43 @@ def test_retry_after_reads_what_github_named(
     status: int, headers: dict[str, str], expected: float | None
 ) -> None:
     assert retry_after_seconds(status, headers) == expected
+
+
+def test_a_rate_limit_wait_that_does_not_fit_the_deadline_ends_the_call_at_once(stage: Stage) -> None:
+    """GitHub asks for 3 s, which the call alone would sit out (max_wait 5 s); 2 s are left of the
+    deadline: no wait, one request, and GitHub's 3 s kept for whoever tries again (the outbox)."""
+    stage.admin.add_fault(
+        f"/repos/{world.REPO}", kind="secondary_rate_limit", status=429, retry_after=3, count=5
+    )
+    gh = _client(stage, RetryPolicy(max_wait=5))
+    client = gh.for_repository(stage.world.installation_id, world.REPO, "read")
+    api.request(
+        client, "GET", f"/repos/{world.REPO}/branches/main"
+    )  # the token, minted before the clock starts
+    started = time.monotonic()
+    with deadline.within(2.0), pytest.raises(DeadlineExceeded) as caught:
+        api.request(client, "GET", f"/repos/{world.REPO}")
+    assert time.monotonic() - started < 1.0
+    assert (caught.value.code, caught.value.retry_after) == ("github-deadline", 3.0)
+    assert "answered 429; a retry in 3 s would not fit" in caught.value.message
+    assert len(stage.requests("GET", f"/repos/{world.REPO}")) == 1
+
+
+def test_retries_that_fit_the_deadline_are_made_as_without_one(stage: Stage) -> None:
+    stage.admin.add_fault(f"/repos/{world.REPO}", kind="status", status=502, count=2)
+    gh = _client(stage, RetryPolicy(max_retries=3, base_delay=0.05, max_delay=0.2))
+    with deadline.within(10.0):
+        head = api.repo_head(gh.for_repository(stage.world.installation_id, world.REPO, "read"), world.REPO)
+    assert head.private is True
+    assert [r["status"] for r in stage.requests("GET", f"/repos/{world.REPO}")] == [502, 502, 200]
+
+
+def test_a_deadline_already_set_that_runs_out_sooner_stays() -> None:
+    with deadline.within(5.0):
+        with deadline.within(60.0):
+            assert 4.0 < (deadline.remaining() or 0.0) <= 5.0
+        with deadline.within(1.0):
+            assert 0.0 < (deadline.remaining() or 0.0) <= 1.0
+    assert deadline.remaining() is None
+    with pytest.raises(ValueError, match="positive"), deadline.within(0.0):
+        pass

@@ -13,7 +13,9 @@ a client's timeout only to the request it was asked to send. The token
 exchange is a second request, yielded by githubkit's auth flow inside that
 send, and would go out with no timeout at all: a GitHub that accepts the
 connection and never answers held the job until RQ's job timeout. A request
-hook gives every request the client sends the same timeouts.
+hook gives every request the client sends the same timeouts, each cut to what is
+left of the work's deadline, if it has one (``worker.github.deadline``); with too
+little left, the request is not sent.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from githubkit.exception import GitHubException, RequestFailed
 
 from baton import keys
 from baton.errors import BatonError
-from worker.github import transport
+from worker.github import deadline, transport
 from worker.github.retry import MINT_PATH_END, RetryPolicy, unwrap
 from worker.github.tokens import SealedTokenCache, SealedTokenStrategy
 
@@ -90,11 +92,20 @@ class AppCredentials:
 
 
 def _bounded(timeout: httpx.Timeout) -> Callable[[httpx.Request], None]:
-    """A request hook giving every request the client's timeouts, the token exchange included."""
+    """A request hook giving every request the client's timeouts, the token exchange included,
+    each cut to what is left of the deadline; with too little left, the request is not sent."""
     limits = timeout.as_dict()
 
     def hook(request: httpx.Request) -> None:
-        request.extensions.setdefault("timeout", limits)
+        left = deadline.remaining()
+        if not deadline.fits(0.0, left):
+            raise deadline.DeadlineExceeded(
+                f"{request.method} {request.url.path}: not sent, {deadline.describe()} ran out"
+            )
+        cut, shortened = deadline.limits(request.extensions.get("timeout", limits), left)
+        request.extensions["timeout"] = cut
+        if shortened:
+            request.extensions[deadline.CUT] = True
 
     return hook
 

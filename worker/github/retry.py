@@ -10,6 +10,12 @@ while the wait fits ``max_wait``. A wait longer than that fails the call at
 once: a job that sleeps for an hour holds a worker and tells nobody, while a
 recorded failure can be seen and retried.
 
+Inside a deadline (``worker.github.deadline``) a retry is made only if its wait
+and one more request fit in what is left; a retry that does not fit, or an attempt
+whose timeout the deadline had shortened and that timed out, raises
+``DeadlineExceeded`` instead of failing the call: the deadline, not GitHub's
+answer, is what ended it.
+
 What failed is read from the exception githubkit wraps, never from whether it
 has a response: githubkit reports everything that fails inside a request (the
 installation-token exchange's own 422, a rate limit on it, a JWT that cannot be
@@ -26,6 +32,9 @@ import httpx
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestError, RequestFailed
 from githubkit.retry import RetryOption
 from rq.timeouts import BaseTimeoutException
+
+from worker.github import deadline
+from worker.github.deadline import DeadlineExceeded
 
 
 def unwrap(exc: BaseException) -> BaseException:
@@ -65,11 +74,32 @@ class RetryPolicy:
     max_wait: float = 60.0
 
     def __call__(self, exc: GitHubException, retry_count: int) -> RetryOption:
-        cause = unwrap(exc)
-        if isinstance(cause, BaseTimeoutException):
+        return self.decide(unwrap(exc), retry_count, deadline.remaining())
+
+    def decide(self, cause: BaseException, retry_count: int, left: float | None) -> RetryOption:
+        """Retry after the ``retry_count``-th failed retry, whose failure is ``cause``, with ``left``
+        seconds left of the deadline (None: none)? Raises what must not be taken for GitHub's answer."""
+        if isinstance(cause, BaseTimeoutException | DeadlineExceeded):
             # RQ stopped the job (its timeout) while it waited on GitHub, and githubkit wrapped that
-            # as a failed request. Let it through: the job must end `timed-out`, not "GitHub failed".
+            # as a failed request; or the deadline kept a request from being sent. Let it through:
+            # the job must end `timed-out` or `github-deadline`, not "GitHub failed".
             raise cause
+        if left is not None and _cut_short(cause):
+            raise DeadlineExceeded(
+                f"{_where(cause)}: {type(cause).__name__} as {deadline.describe()} ran out"
+            ) from cause
+        option = self._decide(cause, retry_count)
+        wait = option.retry_after.total_seconds() if option.retry_after is not None else 0.0
+        if option.do_retry and not deadline.fits(wait, left):
+            asked = wait if isinstance(cause, RateLimitExceeded) else None
+            raise DeadlineExceeded(
+                f"{_where(cause)}: {_what_failed(cause)}; a retry in {wait:g} s would not fit in what is "
+                f"left of {deadline.describe()}",
+                retry_after=asked,
+            ) from cause
+        return option
+
+    def _decide(self, cause: BaseException, retry_count: int) -> RetryOption:
         if retry_count >= self.max_retries:
             return RetryOption(False)
         if isinstance(cause, RateLimitExceeded):
@@ -94,3 +124,27 @@ class RetryPolicy:
         ``request_timeout`` bounds one attempt (all the requests it makes)."""
         waits = max(self.max_wait, self.max_delay)
         return (self.max_retries + 1) * request_timeout + self.max_retries * waits
+
+
+def _cut_short(cause: BaseException) -> bool:
+    """A timeout of a request whose timeouts the deadline had shortened."""
+    if not isinstance(cause, httpx.TimeoutException):
+        return False
+    try:
+        return bool(cause.request.extensions.get(deadline.CUT))
+    except RuntimeError:  # raised with no request attached
+        return False
+
+
+def _where(cause: BaseException) -> str:
+    try:
+        request = getattr(cause, "request", None)  # httpx raises RuntimeError when it has none
+    except RuntimeError:
+        request = None
+    return f"{request.method} {request.url.path}" if isinstance(request, httpx.Request) else "GitHub request"
+
+
+def _what_failed(cause: BaseException) -> str:
+    if isinstance(cause, RequestFailed):
+        return f"answered {cause.response.status_code}"
+    return type(cause).__name__
