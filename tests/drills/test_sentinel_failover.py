@@ -2,12 +2,15 @@
 replica; nothing GitHub was told is lost, stuck or doubled.
 
 The deployment is the one `docs/deploy.md` draws for more than one machine, all real processes on
-loopback: a primary with two replicas and three Sentinels (``tests.redis_topology``), two
-`baton serve` processes behind one address (``tests.balancer``), and `baton worker` processes on
-two "hosts" (data directories and process groups of their own), every process reaching Redis
-through the Sentinels (``REDIS_URL=redis+sentinel://...``) with ``BATON_REDIS_REPLICAS=1``: a
-delivery is answered 2xx only once a replica holds it, and nothing is published on GitHub before a
-replica holds what it says.
+this machine: a primary with two replicas and three Sentinels (``tests.redis_topology``), two
+`baton serve` processes behind one address (``tests.balancer``), `baton worker` processes for the
+control queue on two hosts (``tests.hosts``: a network namespace, data directory and process group
+each, the Redis nodes and Sentinels known by the bridge's address; where namespaces cannot be made,
+processes here with data directories of their own) and one for merge gates and agent runs here
+(they fetch and push over git, which Baton allows in plain http only to this machine). Every
+process reaches Redis through the Sentinels (``REDIS_URL=redis+sentinel://...``) with
+``BATON_REDIS_REPLICAS=1``: a delivery is answered 2xx only once a replica holds it, and nothing is
+published on GitHub before a replica holds what it says.
 
 Labels stream in (``N_LABELS``, one every ``SEND_EVERY_S``; every ``RUN_EVERY``-th a ``script``
 agent run that opens a pull request, the others refused by the capability gate); after
@@ -47,10 +50,12 @@ import redis
 from baton import queues, redis_client
 from baton.redis_server import free_port
 from emulator import world
+from tests import hosts
 from tests.balancer import Balancer, balancer
 from tests.conftest import EvidenceKeys
 from tests.drills import accounting, known_bugs
 from tests.drills.procs import registered, wait_for, worker_env, worker_pool
+from tests.hosts import Network
 from tests.redis_topology import Node, Security, Topology
 from tests.worker.conftest import Stage, Workers, make_stage
 from worker import lifecycle
@@ -62,9 +67,13 @@ SEND_EVERY_S = 0.25
 RUN_EVERY = 9
 KILL_AFTER = 10
 SETTLE_S = 180.0
-EVERY_QUEUE = f"{queues.CONTROL.name},{queues.GATES.name},{queues.AGENTS.name}"
+#: What the hosts serve: admission, where the flood goes. Merge gates and agent runs fetch and push
+#: over git, which Baton allows in plain http only to this machine: they run here.
+HOST_QUEUES = queues.CONTROL.name
+LOCAL_QUEUES = f"{queues.GATES.name},{queues.AGENTS.name}"
 HELLO = {"steps": [{"op": "write", "path": "hello.txt", "content": "hi\n"}]}
 HOSTS = ("host-a", "host-b")
+AGENT_HOST = "local"
 #: What every process of the deployment is told about Redis.
 REDIS_ENV = {"BATON_REDIS_REPLICAS": "1", "BATON_REDIS_FAILOVER_WAIT": "45", "BATON_REDIS_TIMEOUT": "2"}
 
@@ -77,6 +86,7 @@ class Deployment:
     front: Balancer
     keys: EvidenceKeys
     tmp_path: Path
+    net: Network | None
     serves: list[subprocess.Popen[bytes]] = field(default_factory=list)
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -102,23 +112,49 @@ class Deployment:
         wait_for(ready, 30, f"baton serve on {port}", self.log)
 
     def start_workers(self) -> None:
-        for host in HOSTS:
+        """A `baton worker` for the control queue per host: in a network namespace of its own where
+        the machine allows (``tests.hosts``), else a process group and data directory of its own
+        here; and one for merge gates and agent runs here (``LOCAL_QUEUES``)."""
+        env = {**worker_env(AGENT_HOST), **REDIS_ENV, "BATON_REDELIVERY_INTERVAL": "1"}
+        self.workers[AGENT_HOST] = self.pool.start(AGENT_HOST, queues=LOCAL_QUEUES, env=env)
+        for i, host in enumerate(HOSTS):
             env = {**worker_env(host), **REDIS_ENV, "BATON_REDELIVERY_INTERVAL": "1"}
-            self.workers[host] = self.pool.start(host, queues=EVERY_QUEUE, env=env)
+            if self.net is None:
+                self.workers[host] = self.pool.start(host, queues=HOST_QUEUES, env=env)
+                continue
+            w = self.stage.world
+            env.update(self.keys.env())
+            github = self.net.reach(self.stage.server.url)
+            env.update({"REDIS_URL": self.topo.url, "APP_ID": str(w.app_id), "PRIVATE_KEY": w.private_key,
+                        "GITHUB_API_URL": github, "LOG_LEVEL": "WARNING"})  # fmt: skip
+            argv = [sys.executable, "-m", "baton", "worker", "--queues", HOST_QUEUES]
+            self.workers[host] = self.net.hosts[i].start(argv, env, "worker.log")
 
     def exited(self) -> list[str]:
         return [f"{host} exited {p.returncode}" for host, p in self.workers.items() if p.poll() is not None]
 
     def log(self) -> str:
         serves = "".join(p.read_text(errors="replace")[-2000:] for p in self.tmp_path.glob("serve-*.log"))
-        return f"{serves}\n{self.pool.log()}"
+        hosts = self.net.logs() if self.net is not None else ""
+        return f"{serves}\n{self.pool.log()}{hosts}"
 
 
 @pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    setup = Topology(
-        tmp_path / "redis", replicas=2, sentinels=3, security=Security(password="drill-pw-0123456")
-    )
+def net(tmp_path: Path) -> Iterator[Network | None]:
+    """The hosts the workers run on, or None where network namespaces cannot be made here."""
+    if hosts.why_not() is not None:
+        yield None
+        return
+    with Network(len(HOSTS), tmp_path / "hosts") as made:
+        yield made
+
+
+@pytest.fixture
+def topo(tmp_path: Path, net: Network | None) -> Iterator[Topology]:
+    """Known to the hosts by the bridge's address where there are hosts."""
+    address = net.gateway if net is not None else "127.0.0.1"
+    security = Security(password="drill-pw-0123456")
+    setup = Topology(tmp_path / "redis", replicas=2, sentinels=3, security=security, address=address)
     try:
         yield setup.start()
     finally:
@@ -135,13 +171,13 @@ def rdb(topo: Topology) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def deployment(
-    tmp_path: Path, topo: Topology, rdb: redis.Redis, evidence_keys: EvidenceKeys
+    tmp_path: Path, net: Network | None, topo: Topology, rdb: redis.Redis, evidence_keys: EvidenceKeys
 ) -> Iterator[Deployment]:
     ports = [free_port(), free_port()]
     with balancer(ports) as (front, front_port):
         for stage in make_stage(tmp_path, topo.url, rdb, front_port=front_port):
             with worker_pool(stage, topo.url, tmp_path, evidence_keys) as pool:
-                found = Deployment(topo, stage, pool, front, evidence_keys, tmp_path)
+                found = Deployment(topo, stage, pool, front, evidence_keys, tmp_path, net)
                 try:
                     for port in ports:
                         found.start_serve(port)
@@ -253,6 +289,10 @@ def test_a_primary_killed_mid_flood_loses_no_acknowledged_label(
         assert any(a["redelivery"] and a["status_code"] == 202 for a in attempts[s.guid]), attempts[s.guid]
     report = known_bugs.check(accounting.collect(stage.admin, rdb, guids))
     print(report.summary())
+    runs = [s.guid for i, s in enumerate(sent) if i % RUN_EVERY == RUN_EVERY - 1]
+    details = {g: lifecycle.field(rdb, g, "detail") for g in runs}
+    assert len(report.pulls) == len(runs), f"each script run opens its pull request: {details}\n{context}"
+    assert "failed" not in report.counts(), f"{report.counts()}\n{context}"
     assert first_after is not None, context
     # 3. The audit chain.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("BATON_")}, **d.keys.env(),
