@@ -277,6 +277,15 @@ def connect_async(url: str, *, timeout: float, name: str | None = None) -> aiore
     return client
 
 
+async def close_async(client: aioredis.Redis) -> None:
+    """Close a client of ``connect_async`` and, for a Sentinel set, its connections to the
+    Sentinels (closing the client alone leaves them open)."""
+    await client.aclose()
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    if isinstance(manager, aiosentinel.Sentinel):
+        await manager.aclose()
+
+
 def _node_kwargs(target: SentinelTarget) -> dict[str, Any]:
     """How to log in to the data nodes (primary and replicas)."""
     found: dict[str, Any] = {"db": target.db}
