@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -223,6 +223,16 @@ def _layout(queue_name: str) -> _Layout:
 #: How late Redis may answer a `WAIT` that timed out: it checks those timeouts on its clock
 #: tick (`hz`, 10 a second by default), so `WAIT 1 300` answers after 300 to 400 ms.
 WAIT_LATE_S = 0.1
+
+
+async def _reply(conn: aioredis.Connection) -> object:
+    """The next reply; an error reply is returned, not raised (the ones after it still follow)."""
+    try:
+        return await conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
 _SCRIPT_LOAD = b"*3\r\n" + _bulk(b"SCRIPT") + _bulk(b"LOAD") + _bulk(ENQUEUE_SCRIPT)
 _MARK = b"*2\r\n" + _bulk(b"INCR") + _bulk(keys.REPLICATION_MARK_KEY)
 
@@ -367,24 +377,38 @@ class Enqueuer:
 
     async def _connection(self) -> aioredis.Connection:
         """The connection, connected. Through `connect()`: a Sentinel-managed connection asks
-        the Sentinels for the primary there (an implicit connect on send would not)."""
+        the Sentinels for the primary there (an implicit connect on send would not). Its sends
+        and reads have no bound of their own (redis-py's is a timer, and a task for each send):
+        ``_bounded`` bounds a whole exchange instead."""
         if self._conn is None:
             self._conn = self._client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            self._conn.socket_timeout = None  # connecting stays bounded: socket_connect_timeout
         if not self._conn.is_connected:
             await self._conn.connect()
         return self._conn
 
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[None]:
+        """At most ``timeout`` for one exchange; past it, the connection is dropped (a read or
+        send cut short leaves it out of step) and redis-py's TimeoutError raised."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                yield
+        except TimeoutError:
+            await self._reset()
+            raise RedisTimeoutError(f"Redis did not answer within {self._timeout:g}s") from None
+
     async def _load_script(self) -> bytes:
         """SCRIPT LOAD on our own connection: the server that answers is the one that runs it."""
-        conn = await self._connection()
-        await conn.send_packed_command(_SCRIPT_LOAD, check_health=False)
-        sha: object = await conn.read_response()
+        async with self._bounded():
+            conn = await self._connection()
+            await conn.send_packed_command(_SCRIPT_LOAD, check_health=False)
+            sha: object = await conn.read_response()
         return sha if isinstance(sha, bytes) else str(sha).encode()
 
     async def _send(
         self, sha: bytes, batch: list[tuple[Prepared, asyncio.Future[str | None]]], deadline: float
     ) -> tuple[list[object], object]:
-        conn = await self._connection()
         head = _bulk(b"EVALSHA") + _bulk(sha) + _bulk(_NUMKEYS)
         packed = b"".join(b"*%d\r\n%b%b" % (item.argc + 3, head, item.tail) for item, _ in batch)
         if self._replicas:
@@ -392,31 +416,20 @@ class Enqueuer:
             left = deadline - asyncio.get_running_loop().time() - WAIT_LATE_S
             wait_ms = max(1, int(left * 1000))
             packed += _MARK + b"*3\r\n$4\r\nWAIT\r\n%b%b" % (_bulk(self._replicas), _bulk(wait_ms))
-        await conn.send_packed_command(packed, check_health=False)
         results: list[object] = []
-        # One bound for the batch's replies rather than redis-py's per reply (a timer each: a
-        # fifth of the Enqueuer's work per delivery, counted with callgrind). A reply still
-        # missing then drops the connection, as redis-py's own timeout does.
-        try:
-            async with asyncio.timeout(self._timeout):
-                for _ in batch:
-                    try:
-                        results.append(await conn.read_response(timeout=math.inf))
-                    except ResponseError as exc:  # this reply was an error; the next ones still follow
-                        results.append(exc)
-        except TimeoutError:
-            raise RedisTimeoutError(f"Redis did not answer within {self._timeout:g}s") from None
+        replies: list[object] = []
+        async with self._bounded():
+            conn = await self._connection()
+            await conn.send_packed_command(packed, check_health=False)
+            for _ in batch:
+                results.append(await _reply(conn))
+            if self._replicas:
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not isinstance(result, Exception):
+                        self._replicating.add(future)
+                replies = [await _reply(conn), await _reply(conn)]
         if not self._replicas:
             return results, None
-        for (_, future), result in zip(batch, results, strict=True):
-            if not isinstance(result, Exception):
-                self._replicating.add(future)
-        replies: list[object] = []
-        for _ in range(2):
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
         mark, acknowledged = replies
         # A refused mark (OOM) leaves nothing to wait for that covers a duplicate: not confirmed.
         return results, mark if isinstance(mark, Exception) else acknowledged
