@@ -65,7 +65,7 @@ def stored_on(node: Node, guid: str) -> bool:
     """Is the task there as the worker reads it: its job on the queue, its job hash and its record?"""
     client = node.client()
     try:
-        queued = [x.decode() for x in client.lrange(CONTROL, 0, -1)]
+        queued = [records.text(x) for x in client.lrange(CONTROL, 0, -1)]
         return guid in queued and bool(client.exists("rq:job:" + guid, records.TASK_PREFIX + guid) == 2)
     finally:
         client.close()
@@ -207,7 +207,7 @@ def test_a_restarted_redis_gets_the_script_again_and_loses_no_delivery(tmp_path:
             assert stored_on(primary, sent[0])
             client = primary.client()
             try:
-                assert [x.decode() for x in client.lrange(CONTROL, 0, -1)].count(sent[0]) == 1
+                assert [records.text(x) for x in client.lrange(CONTROL, 0, -1)].count(sent[0]) == 1
             finally:
                 client.close()
 
@@ -225,7 +225,13 @@ def test_after_a_failover_the_new_primary_gets_the_script_and_the_delivery(tmp_p
                 assert client.script_exists(SCRIPT_SHA) == [False]  # nothing carried it over
             finally:
                 client.close()
-            sent = delivery()
-            answer = post(base, sent)
-            assert answer.status_code == 202, answer.text
+            # The Sentinels may still be telling each other (a second or two); until then a delivery
+            # may be 503, as GitHub would be told, and is then sent again. It is never lost.
+            sent, answers = delivery(), list[httpx.Response]()
+            deadline = time.monotonic() + 20
+            while not answers or (answers[-1].status_code == 503 and time.monotonic() < deadline):
+                answers.append(post(base, sent))
+            said = [(a.status_code, a.text) for a in answers]
+            assert answers[-1].status_code == 202, said
+            assert all(a.json()["error"].startswith("redis-") for a in answers[:-1]), said
             assert stored_on(new, sent[0])
