@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""bench/ingest_vs_probot.py: Baton's ingest side by side with Probot 14, interleaved A B A B.
+"""bench/ingest_vs_probot.py: Baton's ingest side by side with Probot 14, interleaved A B C A B C.
 
-One `baton serve` process (uvicorn, on a durable redis-server it stores every
-delivery in, as an RQ job) and one Probot process (`run()` of the npm package
-`probot`, pinned below, with a handler that only counts `issues.labeled` and
-stores nothing) run side by side. `wrk` drives one, then the other, for
---rounds rounds, at --connections connections, with the very same request
-stream: bench/ingest's signed 12 KB `issues.labeled` bodies (bench/ingest.lua,
-a new delivery id and body per request: Baton stores a body once). After each
-Baton round the bench counts the tasks Redis gained against wrk's 2xx count;
-after each Probot round, the deliveries its handler counted.
+Three contestants run side by side for the whole run:
+  baton    `baton serve` (uvicorn) on a durable redis-server it stores every delivery in,
+           as an RQ job and a task record, before its 2xx (BATON_REDIS_REPLICAS=0);
+  baton-r1 the same on a durable primary with one replica, BATON_REDIS_REPLICAS=1: no 2xx
+           before the replica confirmed the write (WAIT);
+  probot   `run()` of the npm package `probot`, pinned below, with a handler that only
+           counts `issues.labeled` and stores nothing.
+`wrk` drives one, then the next, for --rounds rounds, at --connections connections,
+with the very same request stream: bench/ingest's signed 12 KB `issues.labeled` bodies
+(bench/ingest.lua, a new delivery id and body per request: Baton stores a body once).
+After each Baton round the bench counts the tasks the primary gained against wrk's 2xx
+count; after each Probot round, the deliveries its handler counted.
 
 Probot is installed with npm into a cache outside the repository
 (~/.cache/baton-bench/probot, or $BATON_BENCH_CACHE/probot). Needs `wrk`,
 `node`/`npm`, `redis-server` on PATH and Baton installed in the interpreter.
 
     .venv/bin/python bench/ingest_vs_probot.py [--rounds 4] [--seconds 10] [--connections 16]
+
+The figures: per side and round deliveries/s, p50/p99, CPU per delivery of the server and of
+its Redis processes (/proc); the target is baton >= 1.0x probot with p99 no worse.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 from baton import queues, records  # noqa: E402
 from baton.redis_server import EmbeddedRedis, free_port  # noqa: E402
 from evidence.keys import SigningKey  # noqa: E402
+from tests.redis_topology import Topology  # noqa: E402
 
 PROBOT_VERSION = "14.3.2"
 LUA = ROOT / "bench" / "ingest.lua"
@@ -203,21 +210,22 @@ class Bench:
         }
 
 
-def start_baton(work: Path, log_path: Path) -> tuple[Side, EmbeddedRedis]:
-    server = EmbeddedRedis(data_dir=work / "redis", durable=True)  # redis-server from PATH, AOF everysec
-    url = server.start()
+def start_baton(name: str, work: Path, url: str, helpers: tuple[int, ...], replicas: int) -> Side:
+    """`baton serve` on ``url``, requiring ``replicas`` replicas; ``helpers``: its Redis processes."""
+    work.mkdir(parents=True, exist_ok=True)
     key = SigningKey.generate()
     (work / "signing-key.pem").write_bytes(key.private_pem())
     port = free_port()
     env = {**clean_env(), "WEBHOOK_SECRET": ingest.SECRET.decode(), "HOST": "127.0.0.1", "PORT": str(port),
            "REDIS_URL": url, "LOG_LEVEL": "INFO", "XDG_CACHE_HOME": str(work / "cache"),
-           "BATON_SIGNING_KEY_PATH": str(work / "signing-key.pem"),
+           "BATON_REDIS_REPLICAS": str(replicas), "BATON_SIGNING_KEY_PATH": str(work / "signing-key.pem"),
            "BATON_AUDIT_SECRET": secrets.token_hex(32)}  # fmt: skip
+    log_path = work / "serve.log"
     log = log_path.open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "baton", "serve"], env=env, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     ready = lambda: httpx.get(base + "/readyz", timeout=1).status_code == 200  # noqa: E731
-    wait_until(ready, "baton serve", proc, log_path)
+    wait_until(ready, f"baton serve ({name})", proc, log_path)
     client = redis.Redis.from_url(url)
 
     def stored() -> int:
@@ -225,8 +233,7 @@ def start_baton(work: Path, log_path: Path) -> tuple[Side, EmbeddedRedis]:
         queued, registered = client.llen(CONTROL_QUEUE), client.zcard(QUEUED_REGISTRY)
         return min(int(queued), int(registered))
 
-    assert server.pid is not None
-    return Side("baton", base, proc, stored, helpers=(server.pid,)), server
+    return Side(name, base, proc, stored, helpers=helpers)
 
 
 def start_probot(app: Path, log_path: Path) -> Side:
@@ -255,30 +262,37 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+SIDES = ("baton", "baton-r1", "probot")
+
+
 def report(rows: list[dict[str, Any]], started: str, load_start: tuple[float, float, float]) -> None:
-    """Medians over the rounds, the ratio, the target's verdict, then every row as one JSON line."""
+    """Medians over the rounds, the ratios, the target's verdict, then every row as one JSON line."""
 
     def median(side: str, key: str) -> float:
         return float(statistics.median(r[key] for r in rows if r["side"] == side))
 
-    summary = {
-        side: {key: round(median(side, key), 2) for key in ("rps", "p50_ms", "p99_ms")}
-        for side in ("baton", "probot")
-    }
-    ratios = [b["rps"] / p["rps"] for b, p in zip(rows[::2], rows[1::2], strict=True)]
+    keys = ("rps", "p50_ms", "p99_ms", "server_cpu_us", "helper_cpu_us")
+    summary = {side: {key: round(median(side, key), 2) for key in keys} for side in SIDES}
+    by_round: dict[int, dict[str, float]] = {}
+    for r in rows:
+        by_round.setdefault(r["round"], {})[r["side"]] = r["rps"]
+    ratios = [x["baton"] / x["probot"] for x in by_round.values()]
     ratio = summary["baton"]["rps"] / summary["probot"]["rps"]
+    replica_ratio = summary["baton-r1"]["rps"] / summary["baton"]["rps"]
     load_end = os.getloadavg()
-    print(f"median deliveries/s: baton {summary['baton']['rps']:.0f}, probot {summary['probot']['rps']:.0f}: "
-          f"ratio {ratio:.2f} (per round {', '.join(f'{x:.2f}' for x in ratios)})")  # fmt: skip
-    print(f"median p50 / p99: baton {summary['baton']['p50_ms']:.2f} / {summary['baton']['p99_ms']:.2f} ms, "
-          f"probot {summary['probot']['p50_ms']:.2f} / {summary['probot']['p99_ms']:.2f} ms")  # fmt: skip
+    rates = ", ".join(f"{side} {summary[side]['rps']:.0f}" for side in SIDES)
+    per_round = ", ".join(f"{x:.2f}" for x in ratios)
+    print(f"median deliveries/s: {rates}: baton/probot {ratio:.2f} (per round {per_round}), "
+          f"baton-r1/baton {replica_ratio:.2f}")  # fmt: skip
+    latencies = (f"{side} {summary[side]['p50_ms']:.2f} / {summary[side]['p99_ms']:.2f} ms" for side in SIDES)
+    print(f"median p50 / p99: {', '.join(latencies)}")
     met = ratio >= 1.0 and summary["baton"]["p99_ms"] <= summary["probot"]["p99_ms"]
-    print(f"target (>= 1.0x Probot, p99 no worse): {'met' if met else 'NOT met'}; load average at the end "
-          f"{load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")  # fmt: skip
+    print(f"target (baton >= 1.0x Probot, p99 no worse): {'met' if met else 'NOT met'}; load average at "
+          f"the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")  # fmt: skip
     machine = f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
     print(json.dumps({"date": started, "machine": machine, "probot": PROBOT_VERSION, "load_start": load_start,
                       "load_end": load_end, "summary": summary, "ratio": round(ratio, 3),
-                      "rows": rows}))  # fmt: skip
+                      "replica_ratio": round(replica_ratio, 3), "rows": rows}))  # fmt: skip
 
 
 def main() -> int:
@@ -303,32 +317,43 @@ def main() -> int:
     bench = Bench(args, work)
     started = time.strftime("%Y-%m-%d %H:%M %Z")
     load_start = os.getloadavg()
-    baton, server = start_baton(work, work / "serve.log")
-    probot = None
+    alone = EmbeddedRedis(data_dir=work / "redis", durable=True)  # redis-server from PATH, AOF everysec
+    pair = Topology(work / "redis-r1", replicas=1, sentinels=0)  # the same, and a replica of it
+    sides: list[Side] = []
     rows: list[dict[str, Any]] = []
     try:
-        probot = start_probot(app, work / "probot.log")
+        url = alone.start()
+        assert alone.pid is not None
+        sides.append(start_baton("baton", work / "baton", url, (alone.pid,), replicas=0))
+        pair.start()
+        primary, replica = pair.data
+        assert primary.proc is not None
+        assert replica.proc is not None
+        sides.append(start_baton("baton-r1", work / "baton-r1", f"redis://127.0.0.1:{primary.port}/0",
+                                 (primary.proc.pid, replica.proc.pid), replicas=1))  # fmt: skip
+        sides.append(start_probot(app, work / "probot.log"))
+        pids = ", ".join(f"{side.name} pid {side.proc.pid}" for side in sides)
         print(f"{started}; body {bench.body_size} bytes; {args.connections} connections; wrk {args.threads} "
-              f"thread(s); baton serve pid {baton.proc.pid}, probot@{PROBOT_VERSION} pid {probot.proc.pid}; "
-              f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")  # fmt: skip
-        for side in (baton, probot):
+              f"thread(s); {pids} (probot@{PROBOT_VERSION}); load average {load_start[0]:.2f} "
+              f"{load_start[1]:.2f} {load_start[2]:.2f}")  # fmt: skip
+        for side in sides:
             bench.drive(side, args.warmup)
-        print(f"{'round':>5} {'side':>6} {'deliv/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'non-2xx':>7} "
+        print(f"{'round':>5} {'side':>8} {'deliv/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'non-2xx':>7} "
               f"{'stored':>7} {'cpu µs/d':>8} {'+redis':>6} {'wrk µs':>6} {'load':>5}")  # fmt: skip
         for n in range(1, args.rounds + 1):
-            for side in (baton, probot):
+            for side in sides:
                 row = bench.drive(side, args.seconds)
                 row["round"] = n
                 rows.append(row)
-                print(f"{n:>5} {side.name:>6} {row['rps']:>8.0f} {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f} "
+                print(f"{n:>5} {side.name:>8} {row['rps']:>8.0f} {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f} "
                       f"{row['non2xx'] + row['errors']:>7} {'yes' if row['every_2xx_counted'] else 'NO':>7} "
                       f"{row['server_cpu_us']:>8.0f} {row['helper_cpu_us']:>6.0f} {row['wrk_cpu_us']:>6.0f} "
                       f"{row['loadavg']:>5.2f}", flush=True)  # fmt: skip
     finally:
-        if probot is not None:
-            stop(probot.proc)
-        stop(baton.proc)
-        server.stop()
+        for side in reversed(sides):
+            stop(side.proc)
+        pair.stop()
+        alone.stop()
 
     report(rows, started, load_start)
     ok = all(r["every_2xx_counted"] and r["non2xx"] == 0 and r["errors"] == 0 for r in rows)

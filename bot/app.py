@@ -101,7 +101,9 @@ def create_app(
     """
     metrics = Metrics()
     client = redis_client(redis_url, settings.redis_timeout) if redis_url else None
-    enqueuer = Enqueuer(client, settings.redis_timeout) if client is not None else None
+    enqueuer = None
+    if client is not None:
+        enqueuer = Enqueuer(client, settings.redis_timeout, replicas=settings.redis_replicas)
     webhook = WebhookEndpoint(
         secrets=settings.webhook_secrets,
         max_body_bytes=settings.max_body_bytes,

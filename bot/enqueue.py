@@ -23,18 +23,21 @@ import asyncio
 import contextlib
 import functools
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.job import Callback, Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from baton import queues, records
+from baton import keys, queues, records
 from baton.errors import RedisUnavailable
+from baton.redis_client import NotReplicated
 from baton.tasks import Task
 from evidence import audit
 
@@ -217,37 +220,70 @@ def _layout(queue_name: str) -> _Layout:
     )
 
 
+#: How late Redis may answer a `WAIT` that timed out: it checks those timeouts on its clock
+#: tick (`hz`, 10 a second by default), so `WAIT 1 300` answers after 300 to 400 ms.
+WAIT_LATE_S = 0.1
+
+
+async def _reply(conn: aioredis.Connection) -> object:
+    """The next reply; an error reply is returned, not raised (the ones after it still follow)."""
+    try:
+        return await conn.read_response()
+    except ResponseError as exc:
+        return exc
+
+
+_SCRIPT_LOAD = b"*3\r\n" + _bulk(b"SCRIPT") + _bulk(b"LOAD") + _bulk(ENQUEUE_SCRIPT)
+_MARK = b"*2\r\n" + _bulk(b"INCR") + _bulk(keys.REPLICATION_MARK_KEY)
+
+
 class Enqueuer:
     """Owns one Redis connection and the batching loop.
 
     One connection, one batch in flight: whatever arrives during a round trip
     is written in the next one. Each delivery has its own deadline, so a hung
     Redis costs a caller at most ``timeout`` seconds.
+
+    With ``replicas`` > 0 (BATON_REDIS_REPLICAS) each batch is followed, in the same
+    write on the same connection, by an `INCR` of ``keys.REPLICATION_MARK_KEY`` and
+    `WAIT replicas ms`. `WAIT` counts the writes of its own connection, and a batch of
+    duplicates writes nothing, yet a duplicate's original (written by another request,
+    perhaps on a connection since dropped) may be the write no replica has: the mark is
+    a write after all of them, and replicas apply the stream in order. Fewer replicas
+    than asked for: every delivery of the batch, new or duplicate, is NotReplicated;
+    so is one whose deadline passes after Redis stored it, while `WAIT` still waits.
     """
 
-    def __init__(self, client: aioredis.Redis, timeout: float) -> None:
+    def __init__(self, client: aioredis.Redis, timeout: float, replicas: int = 0) -> None:
         self._client = client
         self._conn: aioredis.Connection | None = None
         self._timeout = timeout
-        self._pending: list[tuple[Prepared, asyncio.Future[str | None]]] = []
+        self._replicas = replicas
+        self._pending: list[tuple[Prepared, asyncio.Future[str | None], float]] = []
         self._wakeup = asyncio.Event()
         self._sha: bytes | None = None
         self._runner: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Deliveries Redis has stored (or had stored) whose batch's `WAIT` has not answered yet.
+        self._replicating: set[asyncio.Future[str | None]] = set()
 
     async def submit(self, item: Prepared) -> str | None:
         """None if the task was stored now; else the id of the task already stored
         for this delivery id or this body (a redelivery or a replay), and nothing was written.
 
         Raises RedisUnavailable if Redis refused the write, or did not confirm it
-        within the timeout (code ``redis-timeout``: then it may have landed).
+        within the timeout (code ``redis-timeout``: then it may have landed), and
+        NotReplicated (``redis-not-replicated``) if fewer replicas than required hold it.
         """
-        loop = asyncio.get_running_loop()
-        if self._runner is None or self._runner.done():
+        loop = self._loop
+        if loop is None or self._runner is None or self._runner.done():
+            # Kept: asking for the running loop is a getpid(2) each time (CPython's fork check).
+            loop = self._loop = asyncio.get_running_loop()
             self._runner = loop.create_task(self._run())
         future: asyncio.Future[str | None] = loop.create_future()
-        self._pending.append((item, future))
+        self._pending.append((item, future, loop.time() + self._timeout))
         self._wakeup.set()
-        expiry = loop.call_later(self._timeout, _expire, future, self._timeout)
+        expiry = loop.call_later(self._timeout, self._expire, future)
         try:
             return await future
         finally:
@@ -259,21 +295,20 @@ class Enqueuer:
             self._wakeup.clear()
             while self._pending:
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                live = [(item, fut) for item, fut in batch if not fut.done()]
+                live = [entry for entry in batch if not entry[1].done()]
                 if live:
-                    await self._flush(live)
+                    await self._flush([(item, fut) for item, fut, _ in live], min(d for _, _, d in live))
 
-    async def _flush(self, batch: list[tuple[Prepared, asyncio.Future[str | None]]]) -> None:
-        items = [item for item, _ in batch]
+    async def _flush(self, batch: list[tuple[Prepared, asyncio.Future[str | None]]], deadline: float) -> None:
         try:
             try:
-                results = await self._execute(items)
+                results, acknowledged = await self._execute(batch, deadline)
             except (ConnectionError, OSError):
-                # A dropped connection (Redis restarted, idle timeout): once more on
+                # A dropped connection (Redis restarted, a failover, idle timeout): once more on
                 # a fresh one. Safe because the script is idempotent per delivery id
                 # (one that landed before the drop is then answered as a duplicate).
                 await self._reset()
-                results = await self._execute(items)
+                results, acknowledged = await self._execute(batch, deadline)
         except (RedisError, OSError) as exc:
             await self._reset()
             error = RedisUnavailable(
@@ -283,47 +318,121 @@ class Enqueuer:
                 if not future.done():
                     future.set_exception(error)
             return
+        finally:
+            self._replicating.clear()
+        unreplicated = None
+        if self._replicas and (not isinstance(acknowledged, int) or acknowledged < self._replicas):
+            unreplicated = self._not_replicated(acknowledged)
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, Exception):  # e.g. OOM: refused before its first write
                 future.set_exception(RedisUnavailable("redis-refused", f"Redis refused the write: {result}"))
+            elif unreplicated is not None:  # stored, or stored before: either may be lost in a failover
+                future.set_exception(unreplicated)
             elif result == 1:
                 future.set_result(None)
             else:  # the id of the task already stored for this delivery id or body
                 future.set_result(records.text(result))
 
-    async def _execute(self, items: list[Prepared]) -> list[object]:
+    def _not_replicated(self, acknowledged: object) -> NotReplicated:
+        """``acknowledged``: WAIT's count, its or the mark's error, or None (the deadline came first)."""
+        asked = f"the {self._replicas} Redis replica(s) BATON_REDIS_REPLICAS asks for"
+        within = f"within the {self._timeout:g}s BATON_REDIS_TIMEOUT"
+        if isinstance(acknowledged, int):
+            said = f"{acknowledged} of {asked} confirmed the write {within}"
+        elif isinstance(acknowledged, Exception):
+            said = f"Redis could not say whether {asked} hold the write ({acknowledged})"
+        else:
+            said = f"{asked} did not confirm the write {within}"
+        return NotReplicated(
+            "redis-not-replicated", f"{said}; check the replicas (`INFO replication` on the primary)"
+        )
+
+    def _expire(self, future: asyncio.Future[str | None]) -> None:
+        if future.done():
+            return
+        if future in self._replicating:  # stored; only the replicas' word is missing
+            future.set_exception(self._not_replicated(None))
+        else:
+            future.set_exception(
+                RedisUnavailable("redis-timeout", f"Redis did not answer within {self._timeout:g}s")
+            )
+
+    async def _execute(
+        self, batch: list[tuple[Prepared, asyncio.Future[str | None]]], deadline: float
+    ) -> tuple[list[object], object]:
+        """Each item's script reply, and the last `WAIT`'s (None when no replica is required):
+        it follows every write this connection made, so it speaks for all of them."""
         if self._sha is None:
             self._sha = await self._load_script()
-        results = await self._send(self._sha, items)
+        results, acknowledged = await self._send(self._sha, batch, deadline)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:  # Redis restarted and lost its script cache: nothing of these ran
+        if missing:  # a restarted or new primary: its script cache is empty, nothing of these ran
             self._sha = await self._load_script()
-            again = await self._send(self._sha, [items[i] for i in missing])
+            again, acknowledged = await self._send(self._sha, [batch[i] for i in missing], deadline)
             for i, result in zip(missing, again, strict=True):
                 results[i] = result
-        return results
+        return results, acknowledged
 
-    async def _load_script(self) -> bytes:
-        sha: object = await self._client.script_load(ENQUEUE_SCRIPT)
-        return sha if isinstance(sha, bytes) else str(sha).encode()
-
-    async def _send(self, sha: bytes, items: list[Prepared]) -> list[object]:
+    async def _connection(self) -> aioredis.Connection:
+        """The connection, connected. Through `connect()`: a Sentinel-managed connection asks
+        the Sentinels for the primary there (an implicit connect on send would not). Its sends
+        and reads have no bound of their own (redis-py's is a timer, and a task for each send):
+        ``_bounded`` bounds a whole exchange instead."""
         if self._conn is None:
             self._conn = self._client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
-        conn = self._conn
+            self._conn.socket_timeout = None  # connecting stays bounded: socket_connect_timeout
+        if not self._conn.is_connected:
+            await self._conn.connect()
+        return self._conn
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[None]:
+        """At most ``timeout`` for one exchange; past it, the connection is dropped (a read or
+        send cut short leaves it out of step) and redis-py's TimeoutError raised."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                yield
+        except TimeoutError:
+            await self._reset()
+            raise RedisTimeoutError(f"Redis did not answer within {self._timeout:g}s") from None
+
+    async def _load_script(self) -> bytes:
+        """SCRIPT LOAD on our own connection: the server that answers is the one that runs it."""
+        async with self._bounded():
+            conn = await self._connection()
+            await conn.send_packed_command(_SCRIPT_LOAD, check_health=False)
+            sha: object = await conn.read_response()
+        return sha if isinstance(sha, bytes) else str(sha).encode()
+
+    async def _send(
+        self, sha: bytes, batch: list[tuple[Prepared, asyncio.Future[str | None]]], deadline: float
+    ) -> tuple[list[object], object]:
         head = _bulk(b"EVALSHA") + _bulk(sha) + _bulk(_NUMKEYS)
-        await conn.send_packed_command(
-            b"".join(b"*%d\r\n%b%b" % (item.argc + 3, head, item.tail) for item in items), check_health=False
-        )
+        packed = b"".join(b"*%d\r\n%b%b" % (item.argc + 3, head, item.tail) for item, _ in batch)
+        if self._replicas:
+            # What is left of the batch's first deadline, less the lateness of WAIT's own timeout.
+            left = deadline - asyncio.get_running_loop().time() - WAIT_LATE_S
+            wait_ms = max(1, int(left * 1000))
+            packed += _MARK + b"*3\r\n$4\r\nWAIT\r\n%b%b" % (_bulk(self._replicas), _bulk(wait_ms))
         results: list[object] = []
-        for _ in items:
-            try:
-                results.append(await conn.read_response())
-            except ResponseError as exc:  # this reply was an error; the next ones still follow
-                results.append(exc)
-        return results
+        replies: list[object] = []
+        async with self._bounded():
+            conn = await self._connection()
+            await conn.send_packed_command(packed, check_health=False)
+            for _ in batch:
+                results.append(await _reply(conn))
+            if self._replicas:
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not isinstance(result, Exception):
+                        self._replicating.add(future)
+                replies = [await _reply(conn), await _reply(conn)]
+        if not self._replicas:
+            return results, None
+        mark, acknowledged = replies
+        # A refused mark (OOM) leaves nothing to wait for that covers a duplicate: not confirmed.
+        return results, mark if isinstance(mark, Exception) else acknowledged
 
     async def _reset(self) -> None:
         """Drop the connection: after an error its reply stream may be out of step."""
@@ -337,9 +446,4 @@ class Enqueuer:
                 await self._runner
         if self._conn is not None:
             await self._conn.disconnect()
-        await self._client.aclose()
-
-
-def _expire(future: asyncio.Future[str | None], timeout: float) -> None:
-    if not future.done():
-        future.set_exception(RedisUnavailable("redis-timeout", f"Redis did not answer within {timeout:g}s"))
+        await self._client.aclose()  # a Sentinel client closes its Sentinels' connections too

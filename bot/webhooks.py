@@ -62,6 +62,12 @@ _NOT_STORED: dict[str, tuple[str, str]] = {
         "redis-unavailable",
         "Redis refused the write: the delivery was not stored; redeliver it",
     ),
+    # Stored on the primary (now, or by an earlier delivery), but a failover could still lose it.
+    "redis-not-replicated": (
+        "redis-not-replicated",
+        "Redis stored the delivery, but fewer of its replicas than Baton requires (BATON_REDIS_REPLICAS) "
+        "confirmed it in time, so a failover could lose it; redeliver it",
+    ),
 }
 
 

@@ -18,6 +18,7 @@ import uvicorn
 from baton import envfile, logs, redis_server, settings
 from baton.errors import ConfigError
 from bot.app import METRICS_PATH, WEBHOOK_PATH, create_app
+from bot.protocol import OneWriteProtocol
 from bot.setup_page import new_token
 
 
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                 host=config.host,
                 port=config.port,
                 loop="uvloop" if sys.platform != "win32" else "asyncio",
-                http="httptools",
+                http=OneWriteProtocol,  # httptools, one write per answer
                 lifespan="on",
                 access_log=False,
                 log_config=None,
