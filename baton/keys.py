@@ -134,6 +134,10 @@ REDELIVERY_GIVEN_UP_KEY = "baton:redelivery:given-up"
 
 # -- Replication (baton.redis_client).
 
+#: The Redis primary the workers last saw and since when it has been the one (its clock), a hash
+#: ``id`` (the server's run_id:replication id), ``since`` (0: seen first with nothing recorded); a
+#: primary that is new by it holds leases and sweeps back for one lease; worker.clock; no TTL.
+PRIMARY_KEY = "baton:primary"
 #: A counter each replication check increments before its `WAIT`, so the check's connection has a
 #: write of its own to wait for (WAIT counts per connection); baton.redis_client; no TTL.
 REPLICATION_MARK_KEY = "baton:replication-mark"

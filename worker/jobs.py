@@ -20,12 +20,23 @@ failure callback (``on_failure``), the worker whose job process was killed
 (``worker.rqworker``), and any worker that finds an expired lease
 (``worker.rqworker``) all end the task through it, completing its check runs
 and, once its sender was authorised, saying so on the issue.
+
+While its handler runs, a job renews its task's lease itself (``_lease_kept``). A renewal that
+finds the task is not the job's any more (``lifecycle.Lease.LOST``: swept, or its lease lived on
+a Redis primary that died before replicating it, and another worker runs the task now) stops the
+job: a job process exits at once (``LEASE_LOST_EXIT``, its box with it), an in-process job is
+interrupted at its next step (``LeaseLost``); either way it publishes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import logging
+import os
+import threading
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, TypedDict
 
@@ -39,7 +50,7 @@ from baton import queues
 from baton.errors import BatonError
 from baton.tasks import Kind, Task
 from evidence.audit import AuditError
-from worker import audit, context, lifecycle, outbox
+from worker import audit, context, keepalive, lifecycle, outbox
 from worker.context import Context
 from worker.gates import evaluate as gates
 from worker.github import deadline, transport
@@ -61,6 +72,7 @@ class Dropped(StrEnum):
     ENDED_ELSEWHERE = "ended-elsewhere"  # the task had ended meanwhile (a sweeper, a cancel): that stands
     STALE_JOB = "stale-job"  # a run job the task has moved on from (it was retried as another job)
     DUPLICATE = "duplicate"  # a second start of a job whose task is running (worker.requeue's race)
+    LEASE_LOST = "lease-lost"  # stopped: the task stopped being this job's while it ran (lifecycle.Lease)
 
 
 class JobReturn(TypedDict):
@@ -105,9 +117,10 @@ def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobRetu
 
 
 def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
+    holder = lifecycle.holder()
     try:
-        lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", kind=task.kind.value,
-                       installation=str(task.installation_id or 0))  # fmt: skip
+        lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", holder=holder,
+                       kind=task.kind.value, installation=str(task.installation_id or 0))  # fmt: skip
     except lifecycle.IllegalMove:
         state = lifecycle.current(ctx.redis, task.id)
         if state is State.RUNNING:  # another start of this job got there first: it runs, this does not
@@ -119,7 +132,11 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
     unexpected: BaseException | None = None
     result: Result | HandOff
     try:
-        result = (handler or HANDLERS[task.kind])(ctx, task)
+        with _lease_kept(ctx, task.id, holder):
+            result = (handler or HANDLERS[task.kind])(ctx, task)
+    except LeaseLost:
+        log.warning("job stopped on its lost lease; nothing published", extra={"task": task.id})
+        return _returned(task, Dropped.LEASE_LOST, "stopped; nothing published")
     except BaseTimeoutException as exc:  # before Exception: RQ's JobTimeoutException subclasses it
         unexpected = exc
         result = _failed(ctx, task, BatonError("timed-out", "the job ran past its queue's timeout"))
@@ -129,8 +146,8 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
         unexpected = exc
         result = _failed(ctx, task, BatonError("internal-error", f"{type(exc).__name__}: {exc}"))
     if isinstance(result, HandOff):
-        return _hand_off(ctx, task, result)
-    published = _commit(ctx, task, result, publish=True)
+        return _hand_off(ctx, task, result, holder)
+    published = _commit(ctx, task, result, publish=True, holder=holder)
     if published is None:  # another worker ended it meanwhile (its lease had run out): that stands
         log.warning("task was ended elsewhere; dropping this result", extra={"task": task.id})
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
@@ -142,6 +159,70 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
     if unexpected is not None:
         raise unexpected
     return _returned(task, result.state, result.detail)
+
+
+# -- a job's own lease: renewed while it runs, and the job stopped when it is lost --------------------
+
+#: A job process's exit status when it stopped itself on a lost lease: its worker must not end the
+#: task (``worker.rqworker``), which is another job's now, or already ended.
+LEASE_LOST_EXIT = os.EX_TEMPFAIL
+_in_job_process = False
+
+
+class LeaseLost(BaseException):
+    """Raised in an in-process job's thread when its task stopped being its own. A BaseException,
+    so that no handler's ``except Exception`` takes it for a failure of its own and publishes that."""
+
+
+def in_job_process() -> None:
+    """Said by the job process a forking worker made for one job: a lost lease ends the process."""
+    global _in_job_process  # noqa: PLW0603 - one fact per process, set once after the fork
+    _in_job_process = True
+
+
+@contextlib.contextmanager
+def _lease_kept(ctx: Context, task_id: str, holder: str | None) -> Iterator[None]:
+    """Renew the task's lease every ``lifecycle.RENEW_S`` while the block runs (a job with no name,
+    as the tests run one, holds its lease unrenewed). On ``Lease.LOST`` the job stops: a job process
+    exits, an in-process job gets ``LeaseLost`` raised in its thread at its next Python step (a call
+    to GitHub or Redis in progress finishes first: each is time-bounded)."""
+    if holder is None:
+        yield
+        return
+    target = threading.get_ident()
+    guard = threading.Lock()
+    inside = [True]
+
+    def renew() -> bool:
+        try:
+            lease = lifecycle.renew_lease(ctx.redis, task_id, holder)
+        except Exception as exc:  # tried again next time; the lease may still be saved
+            log.warning("could not renew the task's lease", extra={"task": task_id, "error": str(exc)})
+            return True
+        if lease is not lifecycle.Lease.LOST:
+            return lease is lifecycle.Lease.HELD
+        log.error("the task is not this job's any more (swept, or its lease was lost with a Redis "
+                  "primary); stopping the job, publishing nothing", extra={"task": task_id})  # fmt: skip
+        if _in_job_process:
+            os._exit(LEASE_LOST_EXIT)
+        with guard:
+            if inside[0]:
+                _raise_in(target, LeaseLost)
+        return False
+
+    with keepalive.every(lifecycle.RENEW_S, renew, name="baton-lease"):
+        try:
+            yield
+        finally:
+            with guard:
+                inside[0] = False
+                _raise_in(target, None)  # one raised too late for the block is not raised at all
+
+
+def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in another thread at its next Python step (None: cancel one not yet raised)."""
+    pending = None if exc is None else ctypes.py_object(exc)  # None is passed as NULL: cancel
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), pending)
 
 
 # -- how a task's job ends it: failed, handed off, or committed and published -------------------
@@ -157,27 +238,31 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
     return dataclasses.replace(result, check_runs=runs)
 
 
-def _hand_off(ctx: Context, task: Task, result: HandOff) -> JobReturn:
+def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> JobReturn:
     """An admitted run: to the agents queue, then ``queued`` on the issue."""
     try:
-        job = admit.hand_off(ctx, task, result.detail, attempt=1, **result.fields)
-    except lifecycle.IllegalMove:  # ended meanwhile by a sweeper: the lock is not needed any more
-        admit.release(ctx, task, started=None)
+        job = admit.hand_off(ctx, task, result.detail, attempt=1, holder=holder, **result.fields)
+    except lifecycle.IllegalMove:
+        if lifecycle.current(ctx.redis, task.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
+            admit.release(ctx, task, started=None)  # the lock is not needed any more
+        # Otherwise the task is another job's now (this one's lease was lost): so are its lock and slots.
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
     status_now(ctx, task, result.status)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
     return _returned(task, State.QUEUED, result.detail)
 
 
-def _commit(ctx: Context, task: Task, result: Result, *, publish: bool) -> str | None:
+def _commit(
+    ctx: Context, task: Task, result: Result, *, publish: bool, holder: str | None = None
+) -> str | None:
     """The terminal move, with what to publish queued in the same transaction; then (``publish``)
-    one attempt at once. Returns what was published, or None if the task had already ended."""
+    one attempt at once. Returns what was published, or None if the task had already ended, or
+    (``holder``: its job's move) was not that job's any more."""
     publication = publication_for(ctx, task, result)
     stored = publication.to_json() if publication else None
     try:
-        lifecycle.move(
-            ctx.redis, task.id, result.state, result.detail, publication=stored, also=None, **result.fields
-        )
+        lifecycle.move(ctx.redis, task.id, result.state, result.detail, publication=stored, also=None,
+                       holder=holder, **result.fields)  # fmt: skip
     except lifecycle.IllegalMove:
         return None
     try:
@@ -265,7 +350,7 @@ def end_abnormally(
         return False
     try:
         task = Task.from_dict(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # AttributeError: not a dict at all
         log.error("cannot read the task of a dead job", extra={"task": task_id, "error": str(exc)})
         try:
             lifecycle.move(ctx.redis, task_id, State.FAILED, f"task-undecodable ({error.code}): {exc}")

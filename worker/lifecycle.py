@@ -15,10 +15,17 @@ record goes through this module.
 Every move is also captured for the installation's audit chain, in the same
 transaction (``worker.audit``): a state change and its audit event exist together
 or not at all (the web side captures the acceptance in its enqueue script).
+
+Times are Redis's (``worker.clock``): a lease written by one worker is read by every other, whose
+clocks differ. A job's moves name the job (``holder``): a job may end or hand off only a task that
+is still its own, so a job whose task was swept, or whose lease lived on a Redis primary that died
+before replicating it (and whose task another worker now runs), publishes nothing over the task's
+real outcome; its lease renewal tells it to stop (``renew_lease``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +34,15 @@ from enum import StrEnum
 import orjson
 import redis
 from redis.client import Pipeline
+from rq import get_current_job
 
 from baton import keys, records
 from baton.errors import BatonError
 from baton.logs import timestamp
 from baton.tasks import Outcome
-from worker import audit
+from worker import audit, clock
+
+log = logging.getLogger("baton.lifecycle")
 
 
 class State(StrEnum):
@@ -92,6 +102,33 @@ RECORD_TTL_S = records.RECORD_TTL_S
 #: renews its lease; a task whose lease ran out lost its worker, and any worker ends it.
 LEASES = keys.LEASES_KEY
 LEASE_S = 30.0
+#: How often a lease's holder renews it: six chances per lease.
+RENEW_S = 5.0
+#: The record's field naming the job that made the last move (``holder``; "" for none: a sweeper,
+#: a cancel, a failure path). While the task is ``running`` it is the job that holds its lease.
+HOLDER = "lease_holder"
+
+
+class Lease(StrEnum):
+    """What a lease renewal found."""
+
+    HELD = "held"  # renewed: the task is running under this job
+    RELEASED = "released"  # this job moved the task on itself (it ended, or was handed off)
+    LOST = "lost"  # the task is not this job's any more: swept, or its lease lived on a lost primary
+
+
+def holder_name(worker_name: str, job_id: str) -> str:
+    """The name a job takes its task's lease under: its worker's (unique per process) and the job's."""
+    return f"{worker_name}/{job_id}"
+
+
+def holder() -> str | None:
+    """The running RQ job's ``holder_name``; None outside a job (a test, ``baton run``). Only in the
+    job's main thread: RQ keeps the current job per thread."""
+    job = get_current_job()
+    if job is None or not job.worker_name:
+        return None
+    return holder_name(job.worker_name, job.id)
 
 
 class IllegalMove(BatonError):
@@ -141,6 +178,7 @@ def move(
     *,
     publication: bytes | None = None,
     also: Callable[[Pipeline], object] | None = None,
+    holder: str | None = None,
     **fields: str,
 ) -> Moved:
     """Apply one move atomically; concurrent movers retry on the fresh state.
@@ -148,23 +186,48 @@ def move(
     Moving to ``running`` takes out the task's lease; any other move drops it. A terminal
     move with ``publication`` stores it and queues it in the outbox. ``also`` adds commands
     to the same transaction (a hand-off enqueues the task's next job there, so the move and
-    the job exist together or not at all).
+    the job exist together or not at all). ``holder`` names the job moving its own task
+    (``holder()``): its move from ``running`` applies only while the task is still that job's
+    (else IllegalMove); None moves any task (sweepers, cancels, failure paths). Moving to
+    ``running`` on a primary new within ``LEASE_S`` first waits until it is not (``worker.clock``),
+    so a job still running this task on a lease the old primary held has the time to stop.
     """
     key = PREFIX + task_id
+    read = client.register_script(_READ)
+    taking = after is State.RUNNING
     with client.pipeline() as pipe:
         while True:
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]
-                raw_state, known = pipe.hmget(key, ["state", audit.INSTALLATION])
+                # Read after the WATCH, on another connection of the pool: a write after it still
+                # fails the EXEC, and the pipeline's own connection stays free of scripts to load.
+                raw_state, known, held_by, raw_now, raw_hold = read(
+                    keys=[key, clock.PRIMARY_KEY], args=[audit.INSTALLATION, "1" if taking else "", LEASE_S]
+                )
                 before = _state(raw_state)
                 check(before, after)
-                now = time.time()
+                if (
+                    holder is not None
+                    and not taking
+                    and (before is not State.RUNNING or records.text(held_by) != holder)
+                ):
+                    raise IllegalMove(
+                        "illegal-move", f"task {task_id} is no longer this job's (it holds no lease)"
+                    )
+                now = float(raw_now)
+                if taking and float(raw_hold) > now:
+                    pipe.unwatch()
+                    _wait_for_new_primary(task_id, float(raw_hold) - now)
+                    continue
+                # Redis's time for every stamp of the move: the registries' scores and the lease are
+                # compared across workers; the shown ones (history, updated_at, audit) just agree with them.
                 event = orjson.dumps({"at": timestamp(now), "from": before, "to": after, "detail": detail})
                 pipe.multi()
                 audit.moved(pipe, task_id, known=known, before=before, after=after, detail=detail,
                             fields=fields, at=timestamp(now))  # fmt: skip
                 record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
                 record["updated_at"] = timestamp(now)
+                record[HOLDER] = holder or ""
                 record.update(fields)
                 if publication is not None:
                     record["publication"] = publication
@@ -176,7 +239,7 @@ def move(
                 if before is not None:
                     pipe.zrem(REGISTRY + before.value, task_id)
                 pipe.zadd(REGISTRY + after.value, {task_id: now})
-                if after is State.RUNNING:
+                if taking:
                     pipe.zadd(LEASES, {task_id: now + LEASE_S})
                 else:
                     pipe.zrem(LEASES, task_id)
@@ -188,6 +251,34 @@ def move(
                 return Moved(task_id, before, after, detail)
             except redis.WatchError:
                 continue
+
+
+#: KEYS: the record, ``clock.PRIMARY_KEY``. ARGV: the installation field; "1" when taking a lease;
+#: LEASE_S. Returns the record's state, installation and holder, Redis's now, and (taking a lease)
+#: until when a new primary holds leases back.
+_READ = (
+    clock.LUA_NOW
+    + clock.LUA_PRIMARY
+    + """
+local found = redis.call('HMGET', KEYS[1], 'state', ARGV[1], 'lease_holder')
+local now = redis_now()
+local hold = 0
+if ARGV[2] == '1' then
+  local since = primary_since(KEYS[2], now)
+  if since > 0 then hold = since + tonumber(ARGV[3]) end
+end
+return {found[1], found[2], found[3], string.format('%.6f', now), string.format('%.6f', hold)}
+"""
+)
+
+
+def _wait_for_new_primary(task_id: str, seconds: float) -> None:
+    log.warning(
+        "Redis's primary changed less than a lease ago: the task starts once a job that may still run "
+        "it on the old primary's lease has had the time to stop",
+        extra={"task": task_id, "wait_s": round(seconds, 1)},
+    )
+    time.sleep(min(seconds, LEASE_S))
 
 
 def annotate(client: redis.Redis, task_id: str, **fields: str) -> bool:
@@ -209,28 +300,70 @@ return 1
 """
 
 
-def renew_lease(client: redis.Redis, task_id: str) -> bool:
-    """Push a running task's lease out again; False if it has none (it ended, or was reaped)."""
-    return bool(client.zadd(LEASES, {task_id: time.time() + LEASE_S}, xx=True, ch=True))
+def renew_lease(
+    client: redis.Redis, task_id: str, holder: str | None = None, *, now: float | None = None
+) -> Lease:
+    """Push a running task's lease out again, if the task is still ``holder``'s (None: a job with
+    no name, as a test runs it). ``Lease.LOST`` means the job must stop and publish nothing: the task
+    was swept, or another job took it (its lease lived on a primary that died unreplicated)."""
+    found = client.register_script(_RENEW)(
+        keys=[PREFIX + task_id, LEASES], args=[task_id, holder or "", LEASE_S, clock.arg(now)]
+    )
+    return {1: Lease.HELD, 2: Lease.RELEASED}.get(int(found), Lease.LOST)
+
+
+#: KEYS: the record, LEASES. ARGV: task id, holder, LEASE_S, now (empty: Redis's).
+#: Returns 1 (renewed), 2 (the holder moved it on itself), 0 (lost).
+_RENEW = (
+    clock.LUA_NOW
+    + """
+local found = redis.call('HMGET', KEYS[1], 'state', 'lease_holder')
+if (found[2] or '') ~= ARGV[2] then return 0 end
+if found[1] ~= 'running' then return 2 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[2], 'XX', now_or(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
+return 1
+"""
+)
 
 
 def expired_leases(client: redis.Redis, now: float | None = None, limit: int = 100) -> list[str]:
-    found = client.zrangebyscore(LEASES, "-inf", now if now is not None else time.time(), start=0, num=limit)
+    """Tasks whose lease ran out by Redis's clock; none while the primary is new (a lease the
+    old primary renewed last gets one whole ``LEASE_S`` to be renewed on this one)."""
+    found = client.register_script(_EXPIRED)(
+        keys=[LEASES, clock.PRIMARY_KEY], args=[clock.arg(now), LEASE_S, limit]
+    )
     return [records.text(t) for t in found]
 
 
-_CLAIM_EXPIRED = """
+_EXPIRED = (
+    clock.LUA_NOW
+    + clock.LUA_PRIMARY
+    + """
+local now = now_or(ARGV[1])
+if primary_since(KEYS[2], redis_now()) + tonumber(ARGV[2]) > now then return {} end
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.6f', now), 'LIMIT', 0, tonumber(ARGV[3]))
+"""
+)
+
+_CLAIM_EXPIRED = (
+    clock.LUA_NOW
+    + clock.LUA_PRIMARY
+    + """
+local now = now_or(ARGV[2])
+if primary_since(KEYS[2], redis_now()) + tonumber(ARGV[3]) > now then return 0 end
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not expiry or tonumber(expiry) > tonumber(ARGV[2]) then return 0 end
+if not expiry or tonumber(expiry) > now then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 return 1
 """
+)
 
 
 def claim_expired(client: redis.Redis, task_id: str, now: float | None = None) -> bool:
     """Take an expired lease away (atomically), so exactly one sweeper ends that task."""
     script = client.register_script(_CLAIM_EXPIRED)
-    return bool(script(keys=[LEASES], args=[task_id, time.time() if now is None else now]))
+    return bool(script(keys=[LEASES, clock.PRIMARY_KEY], args=[task_id, clock.arg(now), LEASE_S]))
 
 
 def history(client: redis.Redis, task_id: str) -> list[dict[str, str]]:

@@ -10,12 +10,13 @@ level, and ``baton_worker_events_total{event="publish_gave_up"}`` counts it.
 
 An attempt first claims its entry (moves its due time past the attempt's
 longest duration), so two workers never publish the same task at once.
+
+Due times are by Redis's clock (``worker.clock``): one worker writes them, any other reads them.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import redis
@@ -23,7 +24,7 @@ import redis
 from baton import records
 from baton.errors import BatonError
 from baton.logs import timestamp
-from worker import lifecycle
+from worker import clock, lifecycle
 from worker.publish import Busy, Publication
 
 log = logging.getLogger("baton.outbox")
@@ -37,26 +38,36 @@ MAX_DELAY_S = 300.0
 CLAIM_S = 60.0
 BUSY_DELAY_S = 1.0
 
-_CLAIM = """
+#: KEYS: the outbox. ARGV: task id, now (empty: Redis's), CLAIM_S. Returns the time of the claim
+#: (the attempt's "now", so it needs no reading of its own), or 0 if the entry is not due.
+_CLAIM = (
+    clock.LUA_NOW
+    + """
+local now = now_or(ARGV[2])
 local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1
+if not due or tonumber(due) > now then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return string.format('%.6f', now)
 """
+)
 
 Perform = Callable[[Publication], str]
 
 
-def claim(client: redis.Redis, task_id: str, now: float) -> bool:
+def claim(client: redis.Redis, task_id: str, now: float | None = None) -> float | None:
+    """Claim a due entry for one attempt; returns the time of the claim (Redis's unless ``now`` is
+    given), or None if it is not due (or another worker holds it)."""
     script = client.register_script(_CLAIM)
-    return bool(script(keys=[records.OUTBOX_KEY], args=[task_id, now, now + CLAIM_S]))
+    found = script(keys=[records.OUTBOX_KEY], args=[task_id, clock.arg(now), CLAIM_S])
+    return float(found) if found else None
 
 
 def attempt(client: redis.Redis, task_id: str, perform: Perform, *, now: float | None = None) -> str | None:
     """Try ``task_id``'s publication once, if it is due. Returns what was published, or None."""
-    now = time.time() if now is None else now
-    if not claim(client, task_id, now):
+    claimed = claim(client, task_id, now)
+    if claimed is None:
         return None
+    now = claimed
     raw = lifecycle.field(client, task_id, "publication")
     if raw is None:  # the record expired or was never written: nothing left to say
         client.zrem(records.OUTBOX_KEY, task_id)
@@ -105,8 +116,9 @@ def next_delay(attempts: int, exc: Exception) -> float:
 
 
 def due(client: redis.Redis, now: float | None = None, limit: int = 50) -> list[str]:
+    """Entries due by ``now`` (Redis's unless given), the longest due first."""
     found = client.zrangebyscore(
-        records.OUTBOX_KEY, "-inf", time.time() if now is None else now, start=0, num=limit
+        records.OUTBOX_KEY, "-inf", clock.now(client) if now is None else now, start=0, num=limit
     )
     return [records.text(t) for t in found]
 

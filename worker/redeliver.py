@@ -19,13 +19,14 @@ with a lease, and the time of the next pass in Redis) every ``BATON_REDELIVERY_I
 
 The redelivery arrives through the normal endpoint, verified, deduplicated and routed
 like any other: nothing here goes around the front door.
+
+The time of the next pass is by Redis's clock (``worker.clock``): one worker writes it, all read it.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -38,7 +39,7 @@ from githubkit import GitHub
 from githubkit.exception import GitHubException
 
 from baton import keys, queues, records
-from worker import keepalive, locks
+from worker import clock, keepalive, locks
 from worker.context import Context
 from worker.github.client import github_error
 
@@ -159,8 +160,11 @@ def maybe_run(ctx: Context, *, now: float | None = None) -> Summary | None:
     interval_s, include_4xx = ctx.redelivery_interval_s, ctx.redeliver_4xx
     if ctx.github is None or interval_s <= 0:
         return None
-    at = time.time() if now is None else now
-    due = ctx.redis.hget(STATE_KEY, "next_at")
+    with ctx.redis.pipeline(transaction=False) as pipe:  # Redis's time and the next pass's, one round trip
+        pipe.time()
+        pipe.hget(STATE_KEY, "next_at")
+        reply, due = pipe.execute()
+    at = clock.of(reply) if now is None else now
     if due is not None and float(due) > at:
         return None
     token = secrets.token_hex(8)

@@ -14,21 +14,27 @@ milliseconds between its ``BLPOP`` and its next write, so a job is only put back
 sweep, ``LOST_S`` or more after the first, finds it still lost. It goes to the front of its queue,
 since it has waited longest. A worker so slow that it starts the job after all finds the task
 already running and drops its copy (``worker.jobs``).
+
+RQ's own registries of started jobs are kept by each worker's clock: a job's entry is scored by
+its worker's time plus a TTL, and RQ's cleanup compares that with the cleaning worker's time, so a
+worker whose clock runs a minute fast would fail every other worker's running job as abandoned.
+Here they are read by Redis's clock instead: an execution is silent, or abandoned, by the Redis
+TTL of its key, which every heartbeat sets (``silent_jobs``, ``clean_registries``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from typing import Any
 
 import redis
 from rq.job import Job
 from rq.queue import Queue
-from rq.registry import StartedJobRegistry
+from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from baton import keys, queues, records
-from worker import lifecycle
+from worker import clock, lifecycle
 from worker.lifecycle import State
 from worker.runs import admit
 
@@ -43,7 +49,7 @@ FORGET_S = 86_400.0
 LOST_JOBS = keys.LOST_JOBS_KEY
 
 #: KEYS: the job's hash, its queue's list, the queue's intermediate list, its started registry, the
-#: lost-jobs set. ARGV: job id, queue name, now, LOST_S.
+#: lost-jobs set. ARGV: job id, queue name, now (Redis's, read once per sweep), LOST_S.
 #: Returns 0 (not lost), 1 (lost, first seen now or recently), 2 (queued again).
 _CHECK = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'queued' or redis.call('HGET', KEYS[1], 'origin') ~= ARGV[2]
@@ -72,8 +78,9 @@ return 2
 
 
 def lost_jobs(client: redis.Redis, now: float | None = None) -> list[str]:
-    """Queue again the jobs of queued tasks that a dead worker took; returns their ids."""
-    now = time.time() if now is None else now
+    """Queue again the jobs of queued tasks that a dead worker took; returns their ids. ``now``:
+    Redis's unless given."""
+    now = clock.now(client) if now is None else now
     client.zremrangebyscore(LOST_JOBS, "-inf", now - FORGET_S)
     waited = client.zrangebyscore(
         lifecycle.REGISTRY + State.QUEUED.value, "-inf", now - lifecycle.LEASE_S, start=0, num=BATCH
@@ -99,3 +106,63 @@ def lost_jobs(client: redis.Redis, now: float | None = None) -> list[str]:
                 extra={"task": task_id, "job": job_id, "queue": origin},
             )
     return requeued
+
+
+# -- RQ's started registries, by Redis's clock ---------------------------------------------------------
+
+#: RQ's key of one execution (``rq.executions.Execution.key``) is this + "<job id>:<execution id>",
+#: the member of the started registry.
+EXECUTION_PREFIX = "rq:execution:"
+
+#: KEYS: a started registry. ARGV: EXECUTION_PREFIX, LEASE_S. The members whose worker's last heartbeat
+#: is LEASE_S or more ago by Redis: each heartbeat sets the execution key's TTL and adds the same TTL
+#: to the member's score (both from the worker's clock, so their difference is not), so the TTL it
+#: set, less what is left of it, is the time since; an expired key is silent too.
+_SILENT = """
+local found = {}
+local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #entries, 2 do
+  local key = ARGV[1] .. entries[i]
+  local left = redis.call('PTTL', key)
+  if left == -2 then
+    table.insert(found, entries[i])
+  elseif left >= 0 then
+    local beat = tonumber(redis.call('HGET', key, 'last_heartbeat') or '')
+    local score = tonumber(entries[i + 1])
+    if beat and score and score < math.huge and (score - beat) - left / 1000 >= tonumber(ARGV[2]) then
+      table.insert(found, entries[i])
+    end
+  end
+end
+return found
+"""
+
+#: KEYS: a started registry. ARGV: EXECUTION_PREFIX. Scores 0 every member whose execution key has
+#: expired (its worker stopped heartbeating, by Redis's TTL), for RQ's cleanup to take as abandoned.
+_ABANDONED = """
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if redis.call('EXISTS', ARGV[1] .. member) == 0 then redis.call('ZADD', KEYS[1], 0, member) end
+end
+return 1
+"""
+
+
+def silent_jobs(client: redis.Redis, queue_name: str) -> list[str]:
+    """Ids of the jobs in ``queue_name``'s started registry whose worker has not sent a heartbeat for
+    ``lifecycle.LEASE_S`` or more, by Redis's clock."""
+    registry = StartedJobRegistry(queue_name, connection=client, serializer=JSONSerializer)
+    found = client.register_script(_SILENT)(keys=[registry.key], args=[EXECUTION_PREFIX, lifecycle.LEASE_S])
+    return [records.text(member).rsplit(":", 1)[0] for member in found]
+
+
+def clean_registries(queue: Queue, exception_handlers: list[Any], now: float) -> None:
+    """``rq.registry.clean_registries`` by Redis's clock (``now``): the finished, failed and deferred
+    entries past ``now``, and as abandoned only the started executions whose key expired."""
+    common: dict[str, Any] = {"connection": queue.connection, "job_class": queue.job_class,
+                              "serializer": queue.serializer}  # fmt: skip
+    FinishedJobRegistry(queue.name, **common).cleanup(timestamp=now)
+    started = StartedJobRegistry(queue.name, **common)
+    queue.connection.register_script(_ABANDONED)(keys=[started.key], args=[EXECUTION_PREFIX])
+    started.cleanup(timestamp=0, exception_handlers=exception_handlers)  # the entries scored 0 just now
+    FailedJobRegistry(queue.name, **common).cleanup(timestamp=now)
+    DeferredJobRegistry(queue.name, **common).cleanup(timestamp=now)

@@ -60,6 +60,7 @@ STORED = {
     "REDELIVERY_GIVEN_UP_KEY": "baton:redelivery:given-up",
     "DOCTOR_PROBE_PREFIX": "baton:doctor:",
     "REPLICATION_MARK_KEY": "baton:replication-mark",
+    "PRIMARY_KEY": "baton:primary",
 }
 
 

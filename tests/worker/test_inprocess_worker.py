@@ -17,7 +17,7 @@ from rq.serializers import JSONSerializer
 from baton import queues, records
 from emulator import world
 from tests.worker.conftest import Stage, Workers
-from worker import lifecycle, pool, rqworker
+from worker import clock, lifecycle, pool, rqworker
 from worker.runner import box
 
 
@@ -41,13 +41,15 @@ def test_a_long_job_in_process_keeps_its_lease(rdb: redis.Redis, monkeypatch: py
     """Nothing else renews the lease while the job holds the only thread RQ has: the renewer does."""
     monkeypatch.setattr(rqworker, "RENEW_EVERY_S", 0.2)
     task_id = "in-process-long-job"
-    started = time.time()
-    rdb.zadd(lifecycle.LEASES, {task_id: started + 0.5})  # runs out mid-job unless renewed
     queue = Queue(queues.CONTROL.name, connection=rdb, serializer=JSONSerializer)
     queue.enqueue("time.sleep", 1.5, job_id=task_id)
-
-    worker = rqworker.InProcessWorker([queue], connection=rdb, serializer=JSONSerializer,
+    worker = rqworker.InProcessWorker([queue], connection=rdb, serializer=JSONSerializer, name="renewer",
                                       job_monitoring_interval=1, maintenance_interval=1)  # fmt: skip
+    lifecycle.move(rdb, task_id, lifecycle.State.QUEUED)  # as its job would take it, under its name
+    lifecycle.move(rdb, task_id, lifecycle.State.RUNNING, holder=lifecycle.holder_name("renewer", task_id))
+    started = clock.now(rdb)
+    rdb.zadd(lifecycle.LEASES, {task_id: started + 0.5})  # runs out mid-job unless renewed
+
     worker.work(burst=True, with_scheduler=False)
 
     lease = rdb.zscore(lifecycle.LEASES, task_id)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
 
-from worker import lifecycle
+from worker import clock, lifecycle
 from worker.lifecycle import MOVES, TERMINAL, IllegalMove, State
 
 
@@ -102,8 +103,87 @@ def test_only_one_sweeper_claims_an_expired_lease(rdb: redis.Redis) -> None:
     assert lifecycle.expired_leases(rdb) == []
     later = rdb.zscore(lifecycle.LEASES, "t5") or 0.0
     assert lifecycle.expired_leases(rdb, now=later + 1) == ["t5"]
-    assert lifecycle.renew_lease(rdb, "t5")  # its worker is alive after all
+    assert lifecycle.renew_lease(rdb, "t5") is lifecycle.Lease.HELD  # its worker is alive after all
     assert not lifecycle.claim_expired(rdb, "t5")
     assert lifecycle.claim_expired(rdb, "t5", now=later + lifecycle.LEASE_S + 60)
     assert not lifecycle.claim_expired(rdb, "t5", now=later + lifecycle.LEASE_S + 60)
-    assert not lifecycle.renew_lease(rdb, "t5")  # a reaped task's lease is never revived
+    assert lifecycle.renew_lease(rdb, "t5") is lifecycle.Lease.LOST  # a reaped lease is never revived
+
+
+def _start(rdb: redis.Redis, task_id: str, holder: str | None) -> None:
+    lifecycle.move(rdb, task_id, State.QUEUED)
+    lifecycle.move(rdb, task_id, State.RUNNING, holder=holder)
+
+
+def test_a_lease_is_renewed_only_for_the_job_that_holds_it(rdb: redis.Redis) -> None:
+    _start(rdb, "t6", "worker-a/t6")
+    assert lifecycle.renew_lease(rdb, "t6", "worker-a/t6") is lifecycle.Lease.HELD
+    assert lifecycle.renew_lease(rdb, "t6", "worker-b/t6") is lifecycle.Lease.LOST  # not extended for it
+    lifecycle.move(rdb, "t6", State.DONE, "finished", holder="worker-a/t6")
+    assert lifecycle.renew_lease(rdb, "t6", "worker-a/t6") is lifecycle.Lease.RELEASED  # its own move: fine
+
+
+def test_a_job_whose_task_was_swept_or_taken_finds_its_lease_lost(rdb: redis.Redis) -> None:
+    _start(rdb, "t7", "worker-a/t7")
+    assert lifecycle.claim_expired(rdb, "t7", now=(rdb.zscore(lifecycle.LEASES, "t7") or 0) + 1)
+    lifecycle.move(rdb, "t7", State.FAILED, "worker-lost")  # a sweeper's move: it names no job
+    assert lifecycle.renew_lease(rdb, "t7", "worker-a/t7") is lifecycle.Lease.LOST
+    # A new primary that lost the move to running: the task is queued, and then another job's.
+    lifecycle.move(rdb, "t8", State.QUEUED)
+    assert lifecycle.renew_lease(rdb, "t8", "worker-a/t8") is lifecycle.Lease.LOST
+    lifecycle.move(rdb, "t8", State.RUNNING, holder="worker-b/t8")
+    assert lifecycle.renew_lease(rdb, "t8", "worker-a/t8") is lifecycle.Lease.LOST
+
+
+def test_a_job_ends_or_hands_off_only_a_task_it_still_holds(rdb: redis.Redis) -> None:
+    _start(rdb, "t9", "worker-b/t9")
+    with pytest.raises(IllegalMove):
+        lifecycle.move(rdb, "t9", State.DONE, "late", holder="worker-a/t9")
+    with pytest.raises(IllegalMove):
+        lifecycle.move(rdb, "t9", State.QUEUED, "handed off", holder="worker-a/t9")
+    lifecycle.move(rdb, "t10", State.QUEUED)
+    with pytest.raises(IllegalMove):  # queued is a legal start for FAILED, but this job never held it
+        lifecycle.move(rdb, "t10", State.FAILED, "late", holder="worker-a/t10")
+    assert lifecycle.current(rdb, "t9") is State.RUNNING
+    assert lifecycle.current(rdb, "t10") is State.QUEUED
+    lifecycle.move(rdb, "t9", State.DONE, "finished", holder="worker-b/t9")
+    assert lifecycle.current(rdb, "t9") is State.DONE
+
+
+def _primary_since(rdb: redis.Redis, since: float) -> None:
+    """Record this server as the primary seen since ``since`` (as a change detected then would)."""
+    lifecycle.expired_leases(rdb)  # records its identity
+    rdb.hset(clock.PRIMARY_KEY, "since", f"{since:.6f}")
+
+
+def test_a_new_primary_holds_sweeps_back_for_one_lease(rdb: redis.Redis) -> None:
+    _start(rdb, "t11", None)
+    rdb.zadd(lifecycle.LEASES, {"t11": 1.0})  # renewed last on the old primary, long ago by this one
+    now = clock.now(rdb)
+    _primary_since(rdb, now)
+    assert lifecycle.expired_leases(rdb) == []
+    assert not lifecycle.claim_expired(rdb, "t11")
+    assert lifecycle.expired_leases(rdb, now=now + lifecycle.LEASE_S + 1) == ["t11"]
+    assert lifecycle.claim_expired(rdb, "t11", now=now + lifecycle.LEASE_S + 1)
+
+
+def test_a_new_primary_holds_a_task_back_from_running_until_a_lease_has_passed(rdb: redis.Redis) -> None:
+    lifecycle.move(rdb, "t12", State.QUEUED)
+    _primary_since(rdb, clock.now(rdb) - lifecycle.LEASE_S + 1.5)  # seen new 28.5 s ago
+    started = time.monotonic()
+    lifecycle.move(rdb, "t12", State.RUNNING)
+    assert 1.0 < time.monotonic() - started < 10.0
+    started = time.monotonic()
+    lifecycle.move(rdb, "t12", State.DONE)  # only taking a lease waits
+    assert time.monotonic() - started < 1.0
+
+
+def test_another_server_is_a_new_primary_and_a_first_sighting_is_not(rdb: redis.Redis) -> None:
+    lifecycle.expired_leases(rdb)
+    assert (
+        float(rdb.hget(clock.PRIMARY_KEY, "since") or -1) == 0
+    )  # nothing recorded before: nothing to protect
+    rdb.hset(clock.PRIMARY_KEY, "id", "another-server:another-replication-id")
+    before = clock.now(rdb)
+    lifecycle.expired_leases(rdb)
+    assert float(rdb.hget(clock.PRIMARY_KEY, "since") or 0) >= before

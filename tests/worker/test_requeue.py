@@ -112,3 +112,43 @@ def test_a_second_start_of_a_job_whose_task_is_running_runs_nothing(stage: Stage
     assert returned["state"] is Dropped.DUPLICATE
     assert lifecycle.current(stage.rdb, delivery["guid"]) is State.RUNNING
     assert stage.baton_comments(number) == []
+
+
+def _started_by(stage: Stage, task_id: str, *, score: float, ttl_s: int, beat_ago: float) -> str:
+    """An execution of ``task_id``'s job in its started registry, as a worker's heartbeat leaves it
+    (scored by that worker's clock, its key alive for ``ttl_s`` by Redis's); returns its member."""
+    stage.rdb.lrem(CONTROL.key, 0, task_id)
+    member = f"{task_id}:{uuid.uuid4().hex}"
+    registry = StartedJobRegistry(queues.CONTROL.name, connection=stage.rdb, serializer=JSONSerializer)
+    stage.rdb.zadd(registry.key, {member: score})
+    key = requeue.EXECUTION_PREFIX + member
+    stage.rdb.hset(key, mapping={"last_heartbeat": score - ttl_s, "worker_name": "w"})  # the beat, its clock
+    stage.rdb.expire(key, ttl_s - int(beat_ago))  # what is left of the TTL that beat set
+    return member
+
+
+def test_rq_registries_are_read_by_redis_clock_not_by_the_writers(stage: Stage) -> None:
+    """A heartbeat scores an execution by its worker's clock: an hour behind here, and still alive by
+    the Redis TTL of its key. Neither RQ's cleanup nor the never-started sweep may take it for dead;
+    an execution whose key expired (its worker stopped beating) is both."""
+    alive, dead = _labelled(stage), _labelled(stage)
+    an_hour_ago = time.time() - 3600
+    live = _started_by(stage, alive, score=an_hour_ago + 65, ttl_s=65, beat_ago=2)
+    gone = _started_by(stage, dead, score=an_hour_ago + 65, ttl_s=65, beat_ago=2)
+    stage.rdb.delete(requeue.EXECUTION_PREFIX + gone)  # its TTL ran out
+    assert requeue.silent_jobs(stage.rdb, queues.CONTROL.name) == [dead]
+    queue = Queue(queues.CONTROL.name, connection=stage.rdb, serializer=JSONSerializer)
+    requeue.clean_registries(queue, [], time.time())
+    left = [
+        records.text(m)
+        for m in stage.rdb.zrange(StartedJobRegistry(queue.name, connection=stage.rdb).key, 0, -1)
+    ]
+    assert left == [live]
+    assert lifecycle.current(stage.rdb, dead) is State.FAILED  # abandoned: its failure callback ended it
+    assert lifecycle.current(stage.rdb, alive) is State.QUEUED
+
+
+def test_an_execution_silent_for_a_lease_by_its_key_ttl_is_silent_whatever_its_clock(stage: Stage) -> None:
+    quiet = _labelled(stage)
+    _started_by(stage, quiet, score=time.time() + 7200, ttl_s=65, beat_ago=lifecycle.LEASE_S + 2)
+    assert requeue.silent_jobs(stage.rdb, queues.CONTROL.name) == [quiet]

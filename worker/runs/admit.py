@@ -17,7 +17,6 @@ so a dead worker's lock lapses within a minute and a lost queue entry's within h
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from redis.client import Pipeline
@@ -28,7 +27,7 @@ from rq.serializers import JSONSerializer
 from baton import keys, queues, records
 from baton.errors import BatonError
 from baton.tasks import Task
-from worker import lifecycle
+from worker import clock, lifecycle
 from worker.context import Context
 from worker.lifecycle import State
 from worker.policy import Policy
@@ -83,7 +82,6 @@ def reserve(ctx: Context, task: Task, policy: Policy) -> budget.Verdict:
         ctx.redis,
         scopes(task, policy),
         task_id=task.id,
-        now=datetime.now(UTC),
         lease_s=QUEUED_LOCK_S,
         lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
     )
@@ -95,7 +93,7 @@ def seconds_left(ctx: Context, task: Task, policy: Policy) -> float | None:
     Asked as the run starts, so runs that ended since its admission count. Runs still going
     are counted only when they end: several at once can overrun the day's minutes by up to
     their timeouts, never by more."""
-    now = datetime.now(UTC)
+    now = clock.utc(ctx.redis)
     found = [(scope, budget.usage(ctx.redis, scope, now)) for scope in scopes(task, policy)]
     return budget.judge(found, now).seconds_left
 
@@ -112,7 +110,6 @@ def renew(ctx: Context, task: Task) -> bool:
         ctx.redis,
         scopes(task, None),
         task_id=task.id,
-        now=datetime.now(UTC),
         lease_s=RUN_LOCK_S,
         lock=(lock_key(task), int(RUN_LOCK_S * 1000)),
     )
@@ -127,7 +124,7 @@ def release(
 ) -> None:
     """The run is over: its minutes counted on the day it started, lock and slots freed (its model
     dollars were counted as its calls ended)."""
-    day = started[:10] if started else budget.day(datetime.now(UTC))
+    day = started[:10] if started else budget.day(clock.utc(ctx.redis))
     budget.release(
         ctx.redis,
         scopes(task, None),
@@ -148,10 +145,13 @@ def task_id_of(job_id_: str) -> str:
     return head if dot and tail.isdigit() else job_id_
 
 
-def hand_off(ctx: Context, task: Task, detail: str, *, attempt: int, **fields: str) -> str:
+def hand_off(
+    ctx: Context, task: Task, detail: str, *, attempt: int, holder: str | None = None, **fields: str
+) -> str:
     """RUNNING -> QUEUED, with the run job on the agents queue, in one transaction. Returns the job id.
 
-    Raises lifecycle.IllegalMove if the task ended meanwhile (then nothing was enqueued)."""
+    Raises lifecycle.IllegalMove if the task ended meanwhile, or (``holder``: the admitting job's
+    hand-off) is not that job's any more; then nothing was enqueued."""
     job = job_id(task.id, attempt)
     spec = queues.AGENTS
     queue = Queue(spec.name, connection=ctx.redis, serializer=JSONSerializer)
@@ -175,6 +175,7 @@ def hand_off(ctx: Context, task: Task, detail: str, *, attempt: int, **fields: s
         detail,
         publication=None,
         also=enqueue,
+        holder=holder,
         **{ATTEMPT: str(attempt), JOB: job, **fields},
     )
     log.info("run handed to the agents queue", extra={"task": task.id, "job": job, "attempt": attempt})
@@ -200,7 +201,6 @@ def relock(ctx: Context, task: Task) -> bool:
             ctx.redis,
             scopes(task, None),
             task_id=task.id,
-            now=datetime.now(UTC),
             lease_s=QUEUED_LOCK_S,
             lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
         )

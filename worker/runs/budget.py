@@ -17,6 +17,9 @@ Keys: ``baton:budget:<scope key>:<YYYY-MM-DD>`` is a hash of the day's ``runs``,
 lease runs out: only entries still in their lease count as in progress, so a
 dead worker's run stops counting once its lease lapses, with no sweeper.
 
+Times and days are Redis's (``worker.clock``) unless a caller fixes ``now``: the workers that
+count a day's runs and renew the slots run on machines whose clocks differ.
+
 Agent time is recorded when a run is released, so runs in flight are not yet in
 ``agent_seconds``; ``Verdict.seconds_left`` is what the caller clamps the
 agent's timeout to. Model dollars are counted as each call ends, by the run's
@@ -34,6 +37,7 @@ from datetime import UTC, datetime, time, timedelta
 import redis
 
 from baton import keys, records
+from worker import clock
 from worker.runner.gateway.spend import Left, usd
 
 BUDGET_PREFIX = keys.BUDGET_PREFIX
@@ -251,8 +255,9 @@ def _check_task(task_id: str, lease_s: float | None = None, lock: tuple[str, int
         raise ValueError(f"lock must be (key, ttl_ms) with a key and ttl_ms at least 1, got {lock!r}")
 
 
-def usage(client: redis.Redis, scope: Scope, now: datetime) -> Usage:
-    """What ``scope`` has used today, as ``reserve`` would count it."""
+def usage(client: redis.Redis, scope: Scope, now: datetime | None = None) -> Usage:
+    """What ``scope`` has used today (Redis's, unless ``now`` is given), as ``reserve`` would count it."""
+    now = clock.utc(client) if now is None else now
     runs, seconds, spent = client.hmget(budget_key(scope, day(now)), ["runs", "agent_seconds", MODEL_USD])
     active = client.zcount(active_key(scope), f"({_score(now.timestamp())}", "+inf")
     return Usage(int(_number(runs)), _number(seconds), int(active), _number(spent))
@@ -263,7 +268,7 @@ def reserve(
     scopes: Sequence[Scope],
     *,
     task_id: str,
-    now: datetime,
+    now: datetime | None = None,
     lease_s: float,
     lock: tuple[str, int] | None = None,
 ) -> Verdict:
@@ -272,8 +277,10 @@ def reserve(
     ``lock`` is ``(key, ttl_ms)``: held by another task, the verdict is ``busy`` and
     nothing is written; held by ``task_id`` (a retry), it is taken again. A task
     counted today is not counted twice, and its own entries do not count against it.
+    ``now``: Redis's, read once before the transaction (its day names the keys it watches).
     """
     _check_task(task_id, lease_s, lock)
+    now = clock.utc(client) if now is None else now
     on = day(now)
     stamp = now.timestamp()
     marker = _task_marker(task_id)
@@ -322,14 +329,19 @@ def reserve(
                 continue
 
 
-_RENEW = """
+#: KEYS: the scopes' active sets, then the lock if any. ARGV: task id, lease_s, how many scopes, the
+#: lock's ttl_ms, now (empty: Redis's).
+_RENEW = (
+    clock.LUA_NOW
+    + """
 local n = tonumber(ARGV[3])
 local locked = #KEYS > n
 if locked and redis.call('GET', KEYS[n + 1]) ~= ARGV[1] then return 0 end
 local kept = 1
+local till = string.format('%.6f', now_or(ARGV[5]) + tonumber(ARGV[2]))
 for i = 1, n do
   if locked or redis.call('ZSCORE', KEYS[i], ARGV[1]) then
-    redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
+    redis.call('ZADD', KEYS[i], till, ARGV[1])
   else
     kept = 0
   end
@@ -337,6 +349,7 @@ end
 if locked then redis.call('PEXPIRE', KEYS[n + 1], ARGV[4]) end
 return kept
 """
+)
 
 
 def renew(
@@ -344,11 +357,12 @@ def renew(
     scopes: Sequence[Scope],
     *,
     task_id: str,
-    now: datetime,
+    now: datetime | None = None,
     lease_s: float,
     lock: tuple[str, int] | None = None,
 ) -> bool:
-    """Extend the run's lease in every scope and its issue lock, atomically.
+    """Extend the run's lease in every scope and its issue lock, atomically (by Redis's clock unless
+    ``now`` is given).
 
     With ``lock``: False, and nothing extended, if the lock is no longer ours (the
     caller should stop the agent); while it is ours the run is live (``release``
@@ -358,7 +372,8 @@ def renew(
     """
     _check_task(task_id, lease_s, lock)
     keys = [active_key(s) for s in scopes] + ([lock[0]] if lock is not None else [])
-    args: list[str | int] = [task_id, _score(now.timestamp() + lease_s), len(scopes), lock[1] if lock else 0]
+    at = clock.arg(None if now is None else now.timestamp())
+    args: list[str | int] = [task_id, _score(lease_s), len(scopes), lock[1] if lock else 0, at]
     return bool(client.register_script(_RENEW)(keys=keys, args=args))
 
 
@@ -405,7 +420,7 @@ def release(
 class SpendLedger:
     """A run's share of its scopes' day budgets for model dollars, for its model gateway
     (``worker.runner.gateway.spend.Ledger``): read before each call, charged after it, on the UTC
-    day of the call."""
+    day of the call by Redis's clock."""
 
     def __init__(self, client: redis.Redis, scopes: Sequence[Scope]) -> None:
         self.client = client
@@ -415,7 +430,7 @@ class SpendLedger:
         capped = [s for s in self.scopes if s.max_model_spend_per_day is not None]
         if not capped:
             return None
-        on = day(datetime.now(UTC))
+        on = day(clock.utc(self.client))
         with self.client.pipeline(transaction=False) as pipe:
             for scope in capped:
                 pipe.hget(budget_key(scope, on), MODEL_USD)
@@ -427,7 +442,7 @@ class SpendLedger:
         totals the increments return: no second read)."""
         if not (usd >= 0 and math.isfinite(usd)):
             raise ValueError(f"usd must be a finite number at least 0, got {usd}")
-        on = day(datetime.now(UTC))
+        on = day(clock.utc(self.client))
         with self.client.pipeline(transaction=True) as pipe:
             for scope in self.scopes:
                 pipe.hincrbyfloat(budget_key(scope, on), MODEL_USD, usd)

@@ -36,6 +36,7 @@ class Supervisor:
         self.reason: str | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"baton-supervisor-{task.id}", daemon=True)
+        self._holder = lifecycle.holder()  # here, in the job's thread: RQ keeps the current job per thread
 
     def __enter__(self) -> Supervisor:
         self.tick()
@@ -69,7 +70,7 @@ class Supervisor:
     def tick(self) -> None:
         ctx, task = self.ctx, self.task
         repo, _ = where(task)
-        lifecycle.renew_lease(ctx.redis, task.id)
+        lifecycle.renew_lease(ctx.redis, task.id, self._holder)  # the job stops itself if it is lost
         if not admit.renew(ctx, task):
             self.halt("the run lost the issue's lock")
         found = cancel.applies(ctx.redis, repo.id, task.number or 0, task.received_at)
