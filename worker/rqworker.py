@@ -57,23 +57,20 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import redis
-from rq import Worker
+from rq import Worker, worker_registration
 from rq.exceptions import NoSuchJobError, StopRequested
-from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
-from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
 from baton import keys, queues, records, redis_client
 from baton.errors import BatonError
-from worker import context, jobs, keepalive, lifecycle, locks, outbox, redeliver, requeue
+from worker import clock, context, jobs, keepalive, lifecycle, locks, outbox, redeliver, requeue
 from worker.context import Context
 from worker.github import deadline
 from worker.lifecycle import State
@@ -123,10 +120,12 @@ DUTIES = (SWEEP, AUDIT, OUTBOX, REDELIVERY)
 #: Counted when a redelivery check found a pass due and ran it.
 REDELIVERY_RAN = "redelivery_pass"
 
-#: KEYS: the counters hash, the leases set, then each duty's key. ARGV: the holder, now (the clock
-#: the leases are scored by), then for each duty its interval in ms and its counter.
+#: KEYS: the counters hash, the leases set, then each duty's key. ARGV: the holder, now (empty:
+#: Redis's, the clock the leases are scored by), then for each duty its interval in ms and its counter.
 #: Returns {whether a lease ran out, {the 1-based positions of the duties won}}.
-_CLAIM = """
+_CLAIM = (
+    clock.LUA_NOW
+    + """
 local won = {}
 for i = 3, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2 * i - 3]) then
@@ -134,9 +133,11 @@ for i = 3, #KEYS do
     won[#won + 1] = i - 2
   end
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, 1)
+local now = string.format('%.6f', now_or(ARGV[2]))
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1)
 return {#expired, won}
 """
+)
 
 #: What an idle sweep may spend on GitHub in all (``worker.github.deadline``): a control task that
 #: arrives meanwhile waits this at most, then has its own deadline (``baton.queues.CONTROL``).
@@ -188,10 +189,13 @@ class BatonWorker(Worker):
 
     def main_work_horse(self, job: Job, queue: Queue) -> None:
         _die_with_parent()
+        jobs.in_job_process()
         super().main_work_horse(job, queue)
 
     def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
         super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+        if ret_val and os.WIFEXITED(ret_val) and os.WEXITSTATUS(ret_val) == jobs.LEASE_LOST_EXIT:
+            return  # it stopped itself: its task is another job's now, or ended (worker.jobs)
         how = f"signal {os.WTERMSIG(ret_val)}" if ret_val and os.WIFSIGNALED(ret_val) else f"status {ret_val}"
         error = BatonError("worker-lost", f"the job process died ({how})")
         try:
@@ -204,7 +208,9 @@ class BatonWorker(Worker):
 
     def maintain_heartbeats(self, job: Job) -> None:
         super().maintain_heartbeats(job)
-        lifecycle.renew_lease(self.connection, admit.task_id_of(job.id))
+        # Renewed under the job's name only: the job renews it too, and stops if it is lost (worker.jobs).
+        task_id = admit.task_id_of(job.id)
+        lifecycle.renew_lease(self.connection, task_id, lifecycle.holder_name(self.name, job.id))
         self._tick(idle=False)
 
     def run_maintenance_tasks(self) -> None:
@@ -239,6 +245,18 @@ class BatonWorker(Worker):
             pubsub_thread.stop()
             return
         super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+
+    def clean_registries(self) -> None:
+        """RQ's, with its times read by Redis's clock (``requeue.clean_registries``): this worker's may
+        differ from the clocks that wrote them, and RQ would fail their running jobs as abandoned."""
+        at = clock.now(self.connection)
+        for queue in self.queues:
+            if queue.acquire_maintenance_lock():
+                requeue.clean_registries(queue, self._exc_handlers, at)
+                worker_registration.clean_worker_registry(queue)
+                queue.intermediate_queue.cleanup(self, queue)
+                queue.release_maintenance_lock()  # type: ignore[no-untyped-call]
+        self.last_cleaned_at = now()  # type: ignore[assignment]
 
     def _shutdown(self) -> None:
         # RQ raises StopRequested from its signal handler when idle; a sweep in progress could
@@ -305,10 +323,13 @@ def holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def claim(client: redis.Redis, offered: Collection[Duty], *, by: str | None = None) -> Claimed:
-    """Claim each of ``offered`` whose previous claim has lapsed, and count it; one round trip."""
+def claim(
+    client: redis.Redis, offered: Collection[Duty], *, by: str | None = None, now: float | None = None
+) -> Claimed:
+    """Claim each of ``offered`` whose previous claim has lapsed, and count it; one round trip.
+    ``now``: Redis's (the leases' clock) unless given."""
     duties = list(offered)
-    args: list[str | float] = [by or holder(), time.time()]
+    args: list[str | float] = [by or holder(), clock.arg(now)]
     for duty in duties:
         args += [round(duty.every_s * 1000), duty.counter]
     script = client.register_script(_CLAIM)
@@ -387,24 +408,21 @@ def _end_expired(ctx: Context, *, publish: bool, stop: Callable[[], bool]) -> in
 
 
 def _never_started(ctx: Context) -> list[tuple[str, str, Any]]:
-    """Jobs RQ started whose task never moved to running, and whose heartbeat stopped ``LEASE_S`` ago:
-    their worker died between taking the job and its first line. The task holds no lease yet, so
-    the lease sweep cannot see it, and RQ's own cleanup comes only every ``RQ_CLEAN_EVERY_S``."""
-    stale = now() - timedelta(seconds=lifecycle.LEASE_S)
+    """Jobs RQ started whose task never moved to running, and whose heartbeat stopped ``LEASE_S`` ago
+    by Redis's clock (``requeue.silent_jobs``): their worker died between taking the job and its first
+    line. The task holds no lease yet, so the lease sweep cannot see it, and RQ's own cleanup comes only
+    every ``RQ_CLEAN_EVERY_S``."""
     found = []
     for name in queues.BY_NAME:
-        registry = StartedJobRegistry(name, connection=ctx.redis, serializer=JSONSerializer)
-        for job_id, execution_id in registry.get_job_and_execution_ids(cleanup=False):
+        for job_id in requeue.silent_jobs(ctx.redis, name):
             task_id = admit.task_id_of(job_id)
             if lifecycle.current(ctx.redis, task_id) is not State.QUEUED:
                 continue  # running (its lease covers it), or over
-            try:  # the worker's heartbeats for this job (the job's own fields are the job process's)
-                beat = Execution.fetch(execution_id, job_id, connection=ctx.redis).last_heartbeat
+            try:
                 job = Job.fetch(job_id, connection=ctx.redis, serializer=JSONSerializer)
-            except (NoSuchJobError, ValueError, KeyError):
-                continue  # gone meanwhile, or an execution RQ has already cleaned up
-            if beat < stale:
-                found.append((task_id, job_id, job.args[0] if job.args else None))
+            except NoSuchJobError:
+                continue  # gone meanwhile
+            found.append((task_id, job_id, job.args[0] if job.args else None))
     return found
 
 
