@@ -106,8 +106,13 @@ def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobRetu
     kind = transport.TASK_KIND.set(task.kind.value if handler is None else "run")
     spec = queues.QUEUE_FOR[task.kind] if handler is None else queues.AGENTS
     try:
+        holder = lifecycle.holder()
+        # Taking the task may wait for a new primary to hold it back (lifecycle.move): before the deadline.
+        dropped = _start(ctx, task, handler, holder)
+        if dropped is not None:
+            return dropped
         with deadline.within(spec.github_deadline_s):  # the control queue's: every call of the job
-            return _execute(ctx, task, handler)
+            return _execute(ctx, task, handler, holder)
     finally:
         transport.TASK_KIND.reset(kind)
         try:
@@ -116,8 +121,8 @@ def execute(ctx: Context, task: Task, handler: Handler | None = None) -> JobRetu
             log.warning("could not record GitHub call counts", extra={"task": task.id, "error": str(exc)})
 
 
-def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
-    holder = lifecycle.holder()
+def _start(ctx: Context, task: Task, handler: Handler | None, holder: str | None) -> JobReturn | None:
+    """Move the task to running under this job's name; what the job returns if it must not run it."""
     try:
         lifecycle.move(ctx.redis, task.id, State.RUNNING, f"{task.kind} started", holder=holder,
                        kind=task.kind.value, installation=str(task.installation_id or 0))  # fmt: skip
@@ -129,6 +134,10 @@ def _execute(ctx: Context, task: Task, handler: Handler | None) -> JobReturn:
             raise  # no record at all: the failure path ends it visibly
         # Ended while it waited (cancelled, or a lost worker's retry): drop it.
         return _returned(task, Dropped.ENDED_ELSEWHERE, "not run")
+    return None
+
+
+def _execute(ctx: Context, task: Task, handler: Handler | None, holder: str | None) -> JobReturn:
     unexpected: BaseException | None = None
     result: Result | HandOff
     try:
