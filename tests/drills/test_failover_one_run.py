@@ -6,12 +6,14 @@ endpoint, the GitHub emulator. The replica stops receiving the primary's writes 
 worker takes the task (its password to the primary is made wrong, and its link dropped), so the
 worker's dequeue, its move to ``running`` and its lease live only on the primary; the primary is
 then killed, and Sentinel promotes the replica, where the task is ``queued`` again with its job
-back in the queue. The worker that took it is still running it: GitHub holds its call for 50 s.
+back in the queue. The worker that took it is still running it: GitHub holds its call (until the
+control task's GitHub deadline ends it, ``baton.queues.CONTROL``).
 
 What must hold: that job finds at its next lease renewal that the task is not its own on the new
 primary and stops (a job process exits, an in-process job is interrupted once its call returns),
-publishing nothing; the task is started again only once a whole lease has passed since the new
-primary was seen, after the first job found its lease lost; it ends once, with one status comment.
+publishing nothing (not even the failure its deadline would make of it); the task is started again
+only once a whole lease has passed since the new primary was seen, after the first job found its
+lease lost; it ends once, with one status comment.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from baton import queues, records, redis_client
 from emulator import world
 from tests.conftest import EvidenceKeys
 from tests.drills.procs import children
-from tests.redis_topology import Topology, topology
+from tests.redis_topology import Security, Topology, topology
 from tests.worker.conftest import Stage, Workers, make_stage
 from worker import clock, lifecycle
 
@@ -42,7 +44,7 @@ WORKER_ENV = {"BATON_REDIS_FAILOVER_WAIT": "60"}
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[Topology]:
-    with topology(tmp_path / "redis", replicas=1, sentinels=3, password=PASSWORD) as found:
+    with topology(tmp_path / "redis", replicas=1, sentinels=3, security=Security(password=PASSWORD)) as found:
         yield found
 
 
@@ -122,7 +124,7 @@ def test_a_task_whose_lease_died_with_the_primary_runs_once(
         if served == FORKING:  # its job process exits
             gone = lambda: not horses & {c.pid for c in children(first.pid)}  # noqa: E731
             _wait(gone, 45, "the first job process to exit", workers)
-        else:  # interrupted once its call to GitHub returns (the emulator holds it 50 s)
+        else:  # interrupted once its call to GitHub returns (at its deadline: the emulator holds it 50 s)
             _wait(
                 lambda: "job stopped on its lost lease" in workers.log(), 90, "the first job to stop", workers
             )
@@ -132,12 +134,12 @@ def test_a_task_whose_lease_died_with_the_primary_runs_once(
         )
         _wait(lambda: stage.baton_comments(number), 30, "the status comment", workers)
 
-        assert "not this job's any more" in workers.log()
         moves = lifecycle.history(stage.rdb, task_id)
         assert [m["to"] for m in moves] == ["queued", "running", "denied"], moves  # the new primary's story
         started = _stamp(moves[1]["at"])
         if served == FORKING:  # (in-process, the first job's call outlives the lease: it stops after)
             assert started >= stopped - 0.5, "the second run started while the first still ran"
+        assert "not this job's any more" in workers.log()  # it found out by its renewal, not its deadline
         with promoted.client() as r:
             since = float(records.text(r.hget(clock.PRIMARY_KEY, "since")))
         assert started >= since + lifecycle.LEASE_S - 1, "the task started again before a lease had passed"

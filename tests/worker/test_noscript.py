@@ -26,7 +26,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from baton import queues, records
-from worker import clock, lifecycle, locks, outbox, requeue
+from worker import clock, lifecycle, locks, outbox, requeue, rqworker
 from worker.lifecycle import State
 from worker.runs import budget, cancel
 
@@ -93,13 +93,18 @@ def _locks(rdb: redis.Redis) -> None:
     assert locks.release(rdb, "lock", "b")
 
 
+def _duties(rdb: redis.Redis) -> None:
+    rdb.script_flush()
+    assert rqworker.claim(rdb, rqworker.DUTIES, by="host-a:1").won == frozenset(rqworker.DUTIES)
+
+
 def _cancel(rdb: redis.Redis) -> None:
     rdb.script_flush()
     cancel.request(rdb, 1, 7, cancel.Cancel("2026-12-01T10:00:00Z", "t1", "maria", "unlabeled"))
     assert cancel.applies(rdb, 1, 7, "2026-12-01T09:00:00Z") is not None
 
 
-@pytest.mark.parametrize("case", [_move, _leases, _outbox, _requeue, _budget, _locks, _cancel])
+@pytest.mark.parametrize("case", [_move, _leases, _outbox, _requeue, _budget, _locks, _duties, _cancel])
 def test_a_script_runs_on_a_redis_that_lost_its_script_cache(
     rdb: redis.Redis, case: Callable[[redis.Redis], None]
 ) -> None:
