@@ -50,10 +50,11 @@ end
 #: the server does not say who it is (a service that hides ``INFO``: no failover is ever seen there).
 LUA_PRIMARY = """
 local function primary_since(key, now)
-  local info = redis.pcall('INFO', 'server', 'replication')
-  if type(info) ~= 'string' then return 0 end
-  local run_id = string.match(info, 'run_id:(%w+)')
-  local replid = string.match(info, 'master_replid:(%w+)')
+  local server = redis.pcall('INFO', 'server')
+  local replication = redis.pcall('INFO', 'replication')
+  if type(server) ~= 'string' or type(replication) ~= 'string' then return 0 end
+  local run_id = string.match(server, 'run_id:(%w+)')
+  local replid = string.match(replication, 'master_replid:(%w+)')
   if not run_id or not replid then return 0 end
   local id = run_id .. ':' .. replid
   local seen = redis.call('HMGET', key, 'id', 'since')
