@@ -22,8 +22,12 @@ that worker has the time to notice and stop before the task is started again or 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
+from redis.client import Pipeline
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from baton import keys
 
@@ -86,3 +90,16 @@ def utc(client: redis.Redis) -> datetime:
 def arg(at: float | None) -> str:
     """A time for a script's ``now_or``: empty (the script reads ``TIME``) unless the caller fixed one."""
     return "" if at is None else f"{at:.6f}"
+
+
+def evalsha(pipe: Pipeline, script: Script, keys: list[str], args: list[Any]) -> Any:
+    """Run ``script`` at once on a pipeline in its watch phase, on the pipeline's own connection.
+
+    redis-py's ``script(client=pipe)`` would also make the pipeline ask ``SCRIPT EXISTS`` before its
+    ``EXEC`` (a round trip), and on another client it takes a second connection from the pool; here a
+    script the server lost (a restart, a failover) is loaded again, on the same connection."""
+    try:
+        return pipe.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        script.sha = pipe.script_load(script.script)
+        return pipe.evalsha(script.sha, len(keys), *keys, *args)

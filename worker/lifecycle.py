@@ -199,10 +199,8 @@ def move(
         while True:
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]
-                # Read after the WATCH, on another connection of the pool: a write after it still
-                # fails the EXEC, and the pipeline's own connection stays free of scripts to load.
-                raw_state, known, held_by, raw_now, raw_hold = read(
-                    keys=[key, clock.PRIMARY_KEY], args=[audit.INSTALLATION, "1" if taking else "", LEASE_S]
+                raw_state, known, held_by, raw_now, raw_hold = clock.evalsha(
+                    pipe, read, [key, clock.PRIMARY_KEY], [audit.INSTALLATION, "1" if taking else "", LEASE_S]
                 )
                 before = _state(raw_state)
                 check(before, after)
