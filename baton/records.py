@@ -24,6 +24,10 @@ HISTORY_LIMIT = 100
 RECORD_TTL_S = 30 * 24 * 3600
 #: The first state of every task, written by the enqueue script.
 QUEUED = "queued"
+#: The record's field saying when (by the Redis primary's clock) the task last became queued: the
+#: enqueue script and every move back to queued write it. A task queued on a primary after that
+#: primary took over can have run nowhere else, so it is never held back after a failover.
+QUEUED_AT = "queued_at"
 
 
 def text(raw: object) -> str:

@@ -53,7 +53,9 @@ if seen then return seen end
 if redis.call('EXISTS', KEYS[3]) == 1 then return ARGV[1] end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
-redis.call('HSET', KEYS[3], 'state', '{records.QUEUED}', 'detail', ARGV[6], 'updated_at', ARGV[4])
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[3], 'state', '{records.QUEUED}', 'detail', ARGV[6], 'updated_at', ARGV[4],
+           '{records.QUEUED_AT}', now[1] .. '.' .. string.format('%06d', now[2]))
 redis.call('EXPIRE', KEYS[3], ARGV[3])
 redis.call('RPUSH', KEYS[4], ARGV[7])
 redis.call('LTRIM', KEYS[4], -{records.HISTORY_LIMIT}, -1)

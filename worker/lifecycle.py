@@ -200,7 +200,10 @@ def move(
             try:
                 pipe.watch(key)  # type: ignore[no-untyped-call]
                 raw_state, known, held_by, raw_now, raw_hold = clock.evalsha(
-                    pipe, read, [key, clock.PRIMARY_KEY], [audit.INSTALLATION, "1" if taking else "", LEASE_S]
+                    pipe,
+                    read,
+                    [key, clock.PRIMARY_KEY],
+                    [audit.INSTALLATION, "1" if taking else "", LEASE_S, records.QUEUED_AT],
                 )
                 before = _state(raw_state)
                 check(before, after)
@@ -226,6 +229,8 @@ def move(
                 record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
                 record["updated_at"] = timestamp(now)
                 record[HOLDER] = holder or ""
+                if after is State.QUEUED:
+                    record[records.QUEUED_AT] = f"{now:.6f}"
                 record.update(fields)
                 if publication is not None:
                     record["publication"] = publication
@@ -252,18 +257,20 @@ def move(
 
 
 #: KEYS: the record, ``clock.PRIMARY_KEY``. ARGV: the installation field; "1" when taking a lease;
-#: LEASE_S. Returns the record's state, installation and holder, Redis's now, and (taking a lease)
-#: until when a new primary holds leases back.
+#: LEASE_S; the queued-at field. Returns the record's state, installation and holder, Redis's now,
+#: and (taking a lease) until when a new primary holds leases back: only for a task queued before
+#: the primary took over (one queued since can have run on no other primary).
 _READ = (
     clock.LUA_NOW
     + clock.LUA_PRIMARY
     + """
-local found = redis.call('HMGET', KEYS[1], 'state', ARGV[1], 'lease_holder')
+local found = redis.call('HMGET', KEYS[1], 'state', ARGV[1], 'lease_holder', ARGV[4])
 local now = redis_now()
 local hold = 0
 if ARGV[2] == '1' then
   local since = primary_since(KEYS[2], now)
-  if since > 0 then hold = since + tonumber(ARGV[3]) end
+  local queued = tonumber(found[4] or '') or 0
+  if since > 0 and queued <= since then hold = since + tonumber(ARGV[3]) end
 end
 return {found[1], found[2], found[3], string.format('%.6f', now), string.format('%.6f', hold)}
 """

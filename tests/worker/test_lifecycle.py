@@ -8,6 +8,7 @@ import time
 import pytest
 import redis
 
+from baton import records
 from worker import clock, lifecycle
 from worker.lifecycle import MOVES, TERMINAL, IllegalMove, State
 
@@ -169,12 +170,23 @@ def test_a_new_primary_holds_sweeps_back_for_one_lease(rdb: redis.Redis) -> None
 
 def test_a_new_primary_holds_a_task_back_from_running_until_a_lease_has_passed(rdb: redis.Redis) -> None:
     lifecycle.move(rdb, "t12", State.QUEUED)
-    _primary_since(rdb, clock.now(rdb) - lifecycle.LEASE_S + 1.5)  # seen new 28.5 s ago
+    since = clock.now(rdb) - lifecycle.LEASE_S + 1.5  # seen new 28.5 s ago...
+    rdb.hset(lifecycle.PREFIX + "t12", records.QUEUED_AT, f"{since - 5:.6f}")  # ...and t12 queued before
+    _primary_since(rdb, since)
     started = time.monotonic()
     lifecycle.move(rdb, "t12", State.RUNNING)
     assert 1.0 < time.monotonic() - started < 10.0
     started = time.monotonic()
     lifecycle.move(rdb, "t12", State.DONE)  # only taking a lease waits
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_task_queued_on_the_new_primary_is_not_held_back(rdb: redis.Redis) -> None:
+    """It can have run on no other primary: only tasks queued before the change wait a lease."""
+    _primary_since(rdb, clock.now(rdb))
+    lifecycle.move(rdb, "t13", State.QUEUED)  # stamped with Redis's time, after the change
+    started = time.monotonic()
+    lifecycle.move(rdb, "t13", State.RUNNING)
     assert time.monotonic() - started < 1.0
 
 
