@@ -215,7 +215,8 @@ class BatonWorker(Worker):
 
     def run_maintenance_tasks(self) -> None:
         if time.monotonic() - self._rq_cleaned >= RQ_CLEAN_EVERY_S or not self._rq_cleaned:
-            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            with _ends_on_lost_primary():
+                super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
             self._rq_cleaned = time.monotonic()
         else:
             self.last_cleaned_at = now()  # type: ignore[assignment]
@@ -234,16 +235,28 @@ class BatonWorker(Worker):
         with _ends_on_lost_primary():
             super().execute_job(job, queue)
 
+    def check_for_suspension(self, *args: Any, **kwargs: Any) -> None:
+        with _ends_on_lost_primary():
+            super().check_for_suspension(*args, **kwargs)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        with _ends_on_lost_primary():
+            super().heartbeat(*args, **kwargs)
+
     def teardown(self) -> None:
         if redis_client.gave_up() is None:  # RQ's farewell is Redis writes: none left to make
             super().teardown()  # type: ignore[no-untyped-call]
 
     def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
         """RQ's thread that listens for commands (kill a job, stop) must not print a traceback when
-        the primary is gone for good: the worker's loop says so once and the process exits."""
+        the primary is gone for good (the worker's loop says so once and the process exits), nor when
+        RQ itself stopped it and closed its connection mid-read."""
         if isinstance(exc, redis_client.NoPrimary):
             pubsub_thread.stop()
             return
+        running = getattr(pubsub_thread, "_running", None)  # redis-py's: cleared by stop()
+        if isinstance(exc, OSError) and running is not None and not running.is_set():
+            return  # RQ stopped listening and closed the connection under the read: nothing to say
         super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
 
     def clean_registries(self) -> None:

@@ -542,6 +542,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         "redis",
         "redis persistence",
         "redis eviction",
+        "redis replicas",
         "github app",
         "github permissions",
         "github installations",
