@@ -207,7 +207,8 @@ class NoPrimary(RedisUnavailable):
     """No Redis primary answered for ``BATON_REDIS_FAILOVER_WAIT`` seconds (code ``redis-no-primary``)."""
 
 
-_gave_up_with: list[NoPrimary] = []
+#: Where (``describe(url)``) a client of this process gave up finding a primary, and why.
+_gave_up_with: dict[str, NoPrimary] = {}
 
 
 def _gave_up(where: str, waited: float, error: BaseException) -> NoPrimary:
@@ -217,13 +218,14 @@ def _gave_up(where: str, waited: float, error: BaseException) -> NoPrimary:
         f"{str(error).rstrip('.')}. This process exits so that its platform starts it again.",
     )
     log.error(found.message)
-    _gave_up_with.append(found)
+    _gave_up_with[where] = found
     return found
 
 
-def gave_up() -> NoPrimary | None:
-    """Did a client of this process give up on finding a primary? The worker then exits non-zero."""
-    return _gave_up_with[-1] if _gave_up_with else None
+def gave_up(url: str | None) -> NoPrimary | None:
+    """Did a client of this process give up on finding ``url``'s primary? The worker then exits
+    non-zero (and skips RQ's farewell, which is Redis writes)."""
+    return _gave_up_with.get(describe(url)) if url is not None else None
 
 
 def connect(

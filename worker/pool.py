@@ -88,7 +88,7 @@ def work(
         pass  # already said, in the log line that gave up (RQ's own farewell needs Redis too)
     except StopRequested:
         pass  # told to stop while RQ's farewell was still waiting for Redis
-    return 1 if redis_client.gave_up() is not None else 0
+    return 1 if redis_client.gave_up(redis_url) is not None else 0
 
 
 def supervise(redis_url: str, pools: Sequence[Pool], log_level: str) -> int:

@@ -244,7 +244,7 @@ class BatonWorker(Worker):
             super().heartbeat(*args, **kwargs)
 
     def teardown(self) -> None:
-        if redis_client.gave_up() is None:  # RQ's farewell is Redis writes: none left to make
+        if redis_client.gave_up(context.configured_url()) is None:  # RQ's farewell is Redis writes
             super().teardown()  # type: ignore[no-untyped-call]
 
     def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:

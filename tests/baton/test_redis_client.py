@@ -127,7 +127,8 @@ def test_no_primary_for_the_failover_wait_is_reported_and_ends_the_wait(tmp_path
         assert f"Sentinel service '{SERVICE}'" in caught.value.message
         assert "BATON_REDIS_FAILOVER_WAIT" in caught.value.message
         assert not isinstance(caught.value, redis.RedisError), "code that shrugs off Redis errors must not"
-        assert redis_client.gave_up() is not None
+        assert redis_client.gave_up(topo.url) is caught.value
+        assert redis_client.gave_up("redis://127.0.0.1:9/0") is None  # another Redis: not this one
 
 
 @pytest.mark.drill

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -146,7 +145,11 @@ def net(tmp_path: Path) -> Iterator[Network | None]:
         yield None
         return
     with Network(len(HOSTS), tmp_path / "hosts") as made:
-        yield made
+        try:
+            yield made
+        finally:
+            for host in made.hosts:  # the drill is over: no graceful stop to wait for
+                host.kill()
 
 
 @pytest.fixture
@@ -182,16 +185,11 @@ def deployment(
                     for port in ports:
                         found.start_serve(port)
                     yield found
-                finally:
+                finally:  # the drill is over: its processes are killed, not asked to drain
                     for proc in found.serves:
                         if proc.poll() is None:
-                            proc.send_signal(signal.SIGTERM)
-                    for proc in found.serves:
-                        try:
-                            proc.wait(timeout=20)
-                        except subprocess.TimeoutExpired:
                             proc.kill()
-                            proc.wait()
+                        proc.wait(timeout=20)
 
 
 @dataclass
