@@ -31,7 +31,8 @@ ENV_NAME = ".env"
 #: The GitHub App's private key, as the manifest flow returned it.
 APP_KEY_NAME = "baton-app-key.pem"
 #: What the file sets, in order. (Names only: this list is safe to print.)
-NAMES = ("APP_ID", "PRIVATE_KEY_PATH", "WEBHOOK_SECRET", "BATON_SIGNING_KEY_PATH", "BATON_AUDIT_SECRET")
+NAMES = ("APP_ID", "BATON_APP_SLUG", "PRIVATE_KEY_PATH", "WEBHOOK_SECRET", "BATON_SIGNING_KEY_PATH",
+         "BATON_AUDIT_SECRET")  # fmt: skip
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN = re.compile(r"[A-Za-z0-9_./:@+=,-]*")
@@ -47,6 +48,8 @@ class Credentials:
     webhook_secret: str = field(repr=False)
     signing_key: SigningKey = field(repr=False)
     audit_secret: str = field(repr=False)
+    #: The App's slug (how people call it: `@slug`); "" when GitHub did not say.
+    slug: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,13 @@ def write(directory: Path, creds: Credentials, *, comment: str = "") -> Written:
     lines = [f"# {line}" for line in comment.splitlines()]
     values = {
         "APP_ID": str(creds.app_id),
+        "BATON_APP_SLUG": creds.slug,
         "PRIVATE_KEY_PATH": str(where.app_key),
         "WEBHOOK_SECRET": creds.webhook_secret,
         "BATON_SIGNING_KEY_PATH": str(where.signing_key),
         "BATON_AUDIT_SECRET": creds.audit_secret,
     }
-    lines += [f"{name}={quote(values[name])}" for name in NAMES]
+    lines += [f"{name}={quote(values[name])}" for name in NAMES if values[name]]
     made: list[Path] = []
     try:
         for path, data, mode in (

@@ -51,6 +51,8 @@ QUEUE_FOR: dict[Kind, QueueSpec] = {
     Kind.CANCEL: CONTROL,
     Kind.COMMAND: CONTROL,
     Kind.INSTALLATION_SYNC: CONTROL,
+    # Like a label: admitted here, run on AGENTS.
+    Kind.ITERATE: CONTROL,
 }
 
 #: How long a finished job's result stays readable, and a failed one's record.

@@ -28,6 +28,8 @@ _Getter = Callable[[str], "str | None"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: RFC 6750's token characters; long enough that guessing is not an option.
 METRICS_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+#: A GitHub App's slug: what `github.com/apps/<slug>` and an `@<slug>` mention spell.
+APP_SLUG = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9])?")
 #: An HMAC key shorter than this is guessable; 32 hex characters are 128 bits.
 MIN_AUDIT_SECRET = 32
 HOW_TO_SIGN = "run `baton keys generate --out DIR` and set BATON_SIGNING_KEY_PATH=DIR/baton-signing-key.pem"
@@ -35,6 +37,7 @@ HOW_TO_AUDIT = "set BATON_AUDIT_SECRET to 32+ random characters (e.g. the output
 
 KNOWN: dict[str, str] = {
     "APP_ID": "the GitHub App's id (a number)",
+    "BATON_APP_SLUG": "the App's slug, as people mention it (`@slug fix this`); the setup page writes it",
     "PRIVATE_KEY": "the App's PEM private key (or use PRIVATE_KEY_PATH)",
     "PRIVATE_KEY_PATH": "path to the App's PEM private key",
     "WEBHOOK_SECRET": "webhook secret; several, comma-separated, while rotating",
@@ -95,6 +98,8 @@ def redact_url(url: str) -> str:
 @dataclass(frozen=True, repr=False)
 class Settings:
     app_id: str | None = None
+    #: How people call the App by name (``@slug``); None: mentions are not answered (doctor says so).
+    app_slug: str | None = None
     private_key: str | None = field(default=None, repr=False)
     webhook_secrets: tuple[bytes, ...] = field(default=(), repr=False)
     redis_url: str | None = None  # may hold a password: shown redacted
@@ -231,6 +236,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
 
     return Settings(
         app_id=app_id,
+        app_slug=_app_slug(get("BATON_APP_SLUG")),
         private_key=private_key,
         webhook_secrets=secrets,
         redis_url=redis_url,
@@ -271,6 +277,15 @@ def _check_names(env: Mapping[str, str]) -> None:
             f"unknown setting {unknown[0]}; Baton knows "
             + ", ".join(k for k in KNOWN if k.startswith("BATON_")),
         )
+
+
+def _app_slug(raw: str | None) -> str | None:
+    if raw is not None and not APP_SLUG.fullmatch(raw):
+        raise ConfigError(
+            "bad-setting",
+            f"BATON_APP_SLUG must be the App's slug as its page shows it (letters, digits, -), got {raw!r}",
+        )
+    return raw.lower() if raw else None
 
 
 def _data_dir(raw: str | None) -> Path:

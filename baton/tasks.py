@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 #: What an agent may be called: in `agent:<name>` labels, `/baton run <name>` and policy files
 #: (the policy schema uses this pattern). Lower case, so a name is never a mention or a link.
 AGENT_NAME_PATTERN = "[a-z0-9][a-z0-9._-]{0,49}"
+#: The branch of the issue numbered n is BRANCH_PREFIX + n: where Baton pushes its runs, how its
+#: pull requests are told apart from people's (with the App's bot as their author).
+BRANCH_PREFIX = "baton/issue-"
 
 
 class Outcome(StrEnum):
@@ -47,6 +50,10 @@ class Kind(StrEnum):
     GATE_RERUN = "merge_gate_rerun"
     CHECK_ACTION = "check_action"
     INSTALLATION_SYNC = "installation_sync"
+    #: An instruction on a pull request Baton opened: a `/baton <instruction>` or `@<app-slug>
+    #: <instruction>` comment on it, or a submitted review (whose body or line comments carry one;
+    #: the worker reads them). The issue's agent runs again on the pull request's head.
+    ITERATE = "pr_iteration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +80,9 @@ class Sender:
 class Command:
     """A parsed `/baton …` line. ``error`` is set when the line did not parse."""
 
-    name: str  # "run", "cancel", "retry" or "invalid"
+    name: str  # "run", "cancel", "retry", "iterate" or "invalid"
+    #: For "run": the agent named; None when the person called Baton by name (`@<app-slug> ...`):
+    #: then the policy's ``trigger.default_agent`` runs, with the instruction (``Untrusted``).
     agent: str | None = None
     offline: bool = False
     error: str | None = None
@@ -97,6 +106,9 @@ class Untrusted:
     title: str | None = None
     body: str | None = None
     comment_body: str | None = None
+    #: What the person asked for after `/baton ` or `@<app-slug> ` (a comment's rest, from its first
+    #: line on), or a submitted review's body; the agent sees it as quoted data, never as a rule.
+    instruction: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,8 @@ class Task:
     check: CheckRef | None = None
     untrusted: Untrusted = field(default_factory=Untrusted)
     schema: int = SCHEMA_VERSION
+    #: ``Kind.ITERATE`` from a submitted review: its id (its line comments are read from GitHub).
+    review_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

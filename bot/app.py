@@ -108,6 +108,7 @@ def create_app(
         secrets=settings.webhook_secrets,
         max_body_bytes=settings.max_body_bytes,
         app_id=int(settings.app_id) if settings.app_id else None,
+        app_slug=settings.app_slug,
         # Without a secret nothing can be verified (503 setup-mode); with one, deliveries are
         # stored even before the App's key is there (the worker then says what is missing).
         enqueuer=enqueuer if settings.webhook_secrets else None,

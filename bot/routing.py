@@ -4,8 +4,10 @@
 fields over time and its own published examples fail strict models), never
 an untrusted text field except the first line of a comment, which is parsed
 against a fixed grammar (`/baton run <agent> [--offline]`, `cancel`,
-`retry`). Whether the commenter may use that command is the worker's
-decision, made against GitHub at run time.
+`retry`; on a pull request any other `/baton <instruction>`; `@<app-slug>
+<instruction>` anywhere). Whether the commenter may use it is the worker's
+decision, made against GitHub at run time; so is whether a pull request is
+Baton's (its head branch and its author, read fresh).
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Any
 
 from baton import codes
 from baton.errors import BatonError
-from baton.tasks import AGENT_NAME_PATTERN, CheckRef, Command, Kind, Repository, Sender, Task, Untrusted
+from baton.tasks import (
+    AGENT_NAME_PATTERN,
+    BRANCH_PREFIX,
+    CheckRef,
+    Command,
+    Kind,
+    Repository,
+    Sender,
+    Task,
+    Untrusted,
+)
 
 AGENT_LABEL_PREFIX = "agent:"
 COMMAND_PREFIX = "/baton "
@@ -44,6 +56,7 @@ class Routed:
     command: Command | None = None
     check: CheckRef | None = None
     untrusted: Untrusted = field(default_factory=Untrusted)
+    review_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +64,17 @@ class Ignored:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Me:
+    """Who this App is: its id (to recognise its own comments) and its slug (how people call it by
+    name, ``BATON_APP_SLUG``; None: a mention is not a request)."""
+
+    app_id: int | None = None
+    slug: str | None = None
+
+
 Payload = Mapping[str, Any]
-#: A rule gets the payload and this App's id (to recognise its own comments).
-Rule = Callable[[Payload, "int | None"], "Routed | Ignored"]
+Rule = Callable[[Payload, Me], "Routed | Ignored"]
 
 
 # -- reading fields tolerantly ------------------------------------------------
@@ -129,7 +150,7 @@ def _agent_label(payload: Payload) -> str | None:
     return agent if AGENT_NAME.fullmatch(agent) else None
 
 
-def _issues_labeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _issues_labeled(payload: Payload, _me: Me) -> Routed | Ignored:
     agent = _agent_label(payload)
     if agent is None:
         return Ignored("label is not agent:<name> with a valid agent name")
@@ -143,7 +164,7 @@ def _issues_labeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
     )
 
 
-def _issues_unlabeled(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _issues_unlabeled(payload: Payload, _me: Me) -> Routed | Ignored:
     agent = _agent_label(payload)
     if agent is None:
         return Ignored("label is not agent:<name>")
@@ -151,7 +172,7 @@ def _issues_unlabeled(payload: Payload, _app_id: int | None) -> Routed | Ignored
     return Routed(Kind.CANCEL, repository(payload), number=_int(issue, "number", "issue"), agent=agent)
 
 
-def _issues_closed(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _issues_closed(payload: Payload, _me: Me) -> Routed | Ignored:
     issue = _obj(payload, "issue")
     return Routed(Kind.CANCEL, repository(payload), number=_int(issue, "number", "issue"))
 
@@ -181,27 +202,71 @@ def parse_command(body: str) -> Command | None:
     return Command("invalid", error=usage)
 
 
-def _comment_created(payload: Payload, app_id: int | None) -> Routed | Ignored:
+def mentioned(body: str, slug: str | None) -> str | None:
+    """The instruction after `@<slug> ` at the start of the comment, or None. A quoted line ("> @...")
+    or a mention further in is not a call; neither is a mention with nothing asked."""
+    if not slug:
+        return None
+    head = f"@{slug}"
+    if body[: len(head)].lower() != head.lower():
+        return None
+    rest = body[len(head) :]
+    if rest[:1] not in (" ", "\t", "\n", "\r"):
+        return None  # `@baton-acme2`: another account
+    return rest.strip() or None
+
+
+def _comment_created(payload: Payload, me: Me) -> Routed | Ignored:
     comment = _obj(payload, "comment")
     via = comment.get("performed_via_github_app")
-    if app_id is not None and isinstance(via, Mapping) and via.get("id") == app_id:
+    if me.app_id is not None and isinstance(via, Mapping) and via.get("id") == me.app_id:
         return Ignored("comment written by this app")
     body = _text(comment, "body") or ""
-    command = parse_command(body)
-    if command is None:
-        return Ignored("comment is not a /baton command")
     issue = _obj(payload, "issue")
-    untrusted = Untrusted(title=_text(issue, "title"), body=_text(issue, "body"), comment_body=body)
+    number = _int(issue, "number", "issue")
+    on_pull = isinstance(issue.get("pull_request"), Mapping)
+    command = parse_command(body)
+    called = mentioned(body, me.slug)
+    if command is not None and command.name == "invalid" and on_pull:  # not a verb: what to change
+        called = body[len(COMMAND_PREFIX) :].strip() or None
+        command = None
+    if command is None and called is None:
+        return Ignored("comment is not a /baton command")
+    untrusted = Untrusted(title=_text(issue, "title"), body=_text(issue, "body"), comment_body=body,
+                          instruction=called if command is None else None)  # fmt: skip
+    if command is None and on_pull:
+        return Routed(Kind.ITERATE, repository(payload), number=number, command=Command("iterate"),
+                      untrusted=untrusted)  # fmt: skip
+    if command is None:  # called by name on an issue: the policy's default agent, with the instruction
+        command = Command("run")
+    return Routed(Kind.COMMAND, repository(payload), number=number, command=command, untrusted=untrusted)
+
+
+def _review_submitted(payload: Payload, me: Me) -> Routed | Ignored:
+    """A review of a pull request on one of Baton's branches: whether its body or line comments carry an
+    instruction, and whether the pull request is really Baton's, the worker reads from GitHub."""
+    review = _obj(payload, "review")
+    pr = _obj(payload, "pull_request")
+    head = _obj(pr, "head")
+    if not _str(head, "ref", "pull_request.head").startswith(BRANCH_PREFIX):
+        return Ignored("a review of a pull request Baton did not open")
+    author = review.get("user")
+    if me.slug and isinstance(author, Mapping) and _text(author, "login") == f"{me.slug}[bot]":
+        return Ignored("review written by this app")
     return Routed(
-        Kind.COMMAND,
+        Kind.ITERATE,
         repository(payload),
-        number=_int(issue, "number", "issue"),
-        command=command,
-        untrusted=untrusted,
+        number=_int(pr, "number", "pull_request"),
+        head_sha=_str(head, "sha", "pull_request.head"),
+        command=Command("iterate"),
+        untrusted=Untrusted(
+            title=_text(pr, "title"), body=_text(pr, "body"), instruction=_text(review, "body")
+        ),
+        review_id=_int(review, "id", "review"),
     )
 
 
-def _pull_request(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _pull_request(payload: Payload, _me: Me) -> Routed | Ignored:
     pr = _obj(payload, "pull_request")
     head = _obj(pr, "head")
     return Routed(
@@ -222,7 +287,7 @@ def _first_pr_number(obj: Payload) -> int | None:
 
 
 def _check_run(kind: Kind) -> Rule:
-    def rule(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+    def rule(payload: Payload, _me: Me) -> Routed | Ignored:
         run = _obj(payload, "check_run")
         requested = payload.get("requested_action")
         identifier = _text(requested, "identifier") if isinstance(requested, Mapping) else None
@@ -246,7 +311,7 @@ def _check_run(kind: Kind) -> Rule:
     return rule
 
 
-def _check_suite_rerequested(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _check_suite_rerequested(payload: Payload, _me: Me) -> Routed | Ignored:
     suite = _obj(payload, "check_suite")
     return Routed(
         Kind.GATE_RERUN,
@@ -257,7 +322,7 @@ def _check_suite_rerequested(payload: Payload, _app_id: int | None) -> Routed | 
     )
 
 
-def _installation(payload: Payload, _app_id: int | None) -> Routed | Ignored:
+def _installation(payload: Payload, _me: Me) -> Routed | Ignored:
     if installation_id(payload) is None:
         raise PayloadError("payload has no object 'installation'")
     return Routed(Kind.INSTALLATION_SYNC, None)
@@ -271,6 +336,7 @@ TABLE: dict[tuple[str, str], Rule] = {
     ("issues", "unlabeled"): _issues_unlabeled,
     ("issues", "closed"): _issues_closed,
     ("issue_comment", "created"): _comment_created,
+    ("pull_request_review", "submitted"): _review_submitted,
     ("pull_request", "opened"): _pull_request,
     ("pull_request", "synchronize"): _pull_request,
     ("pull_request", "reopened"): _pull_request,
@@ -283,7 +349,9 @@ TABLE: dict[tuple[str, str], Rule] = {
 }
 
 
-def route(event: str, payload: Payload, *, app_id: int | None = None) -> Routed | Ignored:
+def route(
+    event: str, payload: Payload, *, app_id: int | None = None, app_slug: str | None = None
+) -> Routed | Ignored:
     """Decide what a verified delivery becomes. Raises PayloadError for a malformed one."""
     action = payload.get("action")
     action = action if isinstance(action, str) else ""
@@ -292,7 +360,7 @@ def route(event: str, payload: Payload, *, app_id: int | None = None) -> Routed 
         return Ignored(
             f"Baton does not handle {event}.{action}" if action else f"Baton does not handle {event}"
         )
-    return rule(payload, app_id)
+    return rule(payload, Me(app_id, app_slug))
 
 
 def task_for(
@@ -303,9 +371,10 @@ def task_for(
     raw: bytes,
     received_at: str,
     app_id: int | None = None,
+    app_slug: str | None = None,
 ) -> Task | Ignored:
     """The task a verified delivery becomes, or why it becomes none. Raises PayloadError."""
-    routed = route(event, payload, app_id=app_id)
+    routed = route(event, payload, app_id=app_id, app_slug=app_slug)
     if isinstance(routed, Ignored):
         return routed
     action = payload.get("action")
@@ -326,4 +395,5 @@ def task_for(
         command=routed.command,
         check=routed.check,
         untrusted=routed.untrusted,
+        review_id=routed.review_id,
     )

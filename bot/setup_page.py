@@ -153,6 +153,7 @@ class SetupPage:
             webhook_secret=app.webhook_secret,
             signing_key=SigningKey.generate(),
             audit_secret=secrets.token_hex(32),
+            slug=app.slug,
         )
         comment = (
             f"Written by Baton's setup page at {timestamp(time.time())} for the GitHub App "

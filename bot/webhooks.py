@@ -85,10 +85,12 @@ class WebhookEndpoint:
         enqueuer: Enqueuer | None,
         metrics: Metrics,
         log: DeliveryLog,
+        app_slug: str | None = None,
     ) -> None:
         self.secrets = secrets
         self.max_body_bytes = max_body_bytes
         self.app_id = app_id
+        self.app_slug = app_slug
         self.enqueuer = enqueuer
         self.metrics = metrics
         self.log = log
@@ -183,7 +185,8 @@ class WebhookEndpoint:
     ) -> Answer:
         now = time.time()  # one clock reading: received_at, the record's updated_at and its score
         try:
-            task = task_for(event, delivery, payload, raw=raw, received_at=timestamp(now), app_id=self.app_id)
+            task = task_for(event, delivery, payload, raw=raw, received_at=timestamp(now), app_id=self.app_id,
+                            app_slug=self.app_slug)  # fmt: skip
         except PayloadError as exc:
             return _error(400, "bad-payload", f"{event}: {exc}")
         if isinstance(task, Ignored):

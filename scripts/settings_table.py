@@ -42,6 +42,8 @@ CHECKS: dict[str, str] = {
     "(`rediss+sentinel://` for TLS; the Sentinels' own login as `?sentinel_password=`) "
     "([deploy.md](deploy.md#redis-with-replicas-and-sentinel)); "
     "unset: `baton serve` starts an embedded server (below)",
+    "BATON_APP_SLUG": "letters, digits and `-`, as `github.com/apps/<slug>` spells it; unset: `@<slug>` "
+    "mentions are not answered",
     "GITHUB_API_URL": "an http(s) URL; default `https://api.github.com`",
     "LOG_LEVEL": "any case; default `INFO`",
     "HOST": "`baton serve --host` wins over it; `0.0.0.0` behind your TLS proxy",

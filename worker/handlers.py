@@ -71,14 +71,33 @@ def _context_lines(loaded: config.LoadedPolicy) -> list[str]:
 
 
 def agent_run(
-    ctx: Context, task: Task, agent: str, *, offline: bool = False, found: Permission | None = NOT_LOOKED_UP
+    ctx: Context,
+    task: Task,
+    agent: str | None,
+    *,
+    offline: bool = False,
+    found: Permission | None = NOT_LOOKED_UP,
 ) -> Decided:
+    """``agent`` None: Baton was called by name (`@<app-slug> ...`), and the policy's
+    ``trigger.default_agent`` runs."""
     label = task.kind is Kind.AGENT_RUN
     who = authorised(ctx, task, found, tell_policy=label, tell_refusal=label or not task.sender.is_bot)
     if isinstance(who, Result):
         return who
     loaded = who.loaded
     policy = loaded.merged.policy
+    if agent is None:
+        agent = policy.trigger.default_agent
+    if agent is None:
+        known = ", ".join(inert(a) for a in sorted(policy.agents)) or "none"
+        return Result(State.DONE, "called by name: no default agent", Status(
+            State.DONE, task.id, None,
+            "Baton was called by name, but this repository's policy names no `trigger.default_agent` to run.",
+            details=(f"Agents allowed here: {known}.", *_context_lines(loaded)), notices=loaded.notices,
+            next_steps=("Name one: label the issue `agent:<name>` or comment `/baton run <name>`.",
+                        "Or set `trigger.default_agent` in the org's `baton.yml` (or, among those, in "
+                        "`.github/baton.yml`)."),
+        ))  # fmt: skip
     repo, _ = where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
     ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
@@ -160,7 +179,7 @@ def command(ctx: Context, task: Task) -> Decided:
     if below is not None:  # not even a reply about the command's syntax
         return unauthorised(ctx, task, below, say=False)
     cmd = task.command
-    if cmd is not None and cmd.name == "run" and cmd.agent:
+    if cmd is not None and cmd.name == "run":  # no agent named: called by name, the default agent
         return agent_run(ctx, task, cmd.agent, offline=cmd.offline, found=found)
     if cmd is not None and cmd.name == "retry":
         repo, _ = where(task)

@@ -31,6 +31,8 @@ EXPECTED: dict[tuple[str, str | None], str] = {
     ("check_suite", "rerequested"): "merge_gate_rerun",
     ("check_run", "requested_action"): "check_action",
 }
+#: Published reviews are of `changes`, not of a `baton/issue-<n>` branch: ignored, as a maintainer's
+#: review of a person's pull request is (tests/bot/test_routing_conversations.py routes Baton's).
 WHOLE_EVENT = {"installation": "installation_sync", "installation_repositories": "installation_sync"}
 QUEUE = {
     "agent_run": queues.CONTROL.name,
@@ -41,8 +43,8 @@ QUEUE = {
     "command": queues.CONTROL.name,
     "installation_sync": queues.CONTROL.name,
 }
-EVENTS = ("issues", "issue_comment", "pull_request", "check_run", "check_suite", "installation",
-          "installation_repositories", "ping")  # fmt: skip
+EVENTS = ("issues", "issue_comment", "pull_request", "pull_request_review", "check_run", "check_suite",
+          "installation", "installation_repositories", "ping")  # fmt: skip
 
 CASES = [(event, i, e.get("action")) for event in EVENTS for i, e in enumerate(examples(event))]
 

@@ -233,7 +233,7 @@ def test_the_next_start_of_serve_loads_the_env(
         assert "Baton</a>, App id" in status.text
         assert "Not installed anywhere yet" in status.text
     said = log.read_text()
-    assert "settings from ./.env: APP_ID, PRIVATE_KEY_PATH, WEBHOOK_SECRET" in said
+    assert "settings from ./.env: APP_ID, BATON_APP_SLUG, PRIVATE_KEY_PATH, WEBHOOK_SECRET" in said
     for secret in (envfile.read(env_dir / ".env")["WEBHOOK_SECRET"], "BEGIN RSA"):
         assert secret not in said
 

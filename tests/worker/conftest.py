@@ -99,7 +99,7 @@ def make_stage(
         w = world.build(admin, server.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}", **world_kw)
         signer = Signer(SigningKey.generate(), secrets.token_hex(32).encode(), f"http://127.0.0.1:{port}")
         settings = Settings(webhook_secrets=(w.webhook_secret.encode(),), app_id=str(w.app_id),
-                            signing_key=signer.key, audit_secret=signer.audit_secret,
+                            app_slug="baton", signing_key=signer.key, audit_secret=signer.audit_secret,
                             public_url=signer.public_url)  # fmt: skip
         served = (
             serve_app(create_app(settings, redis_url), sock) if sock is not None else contextlib.nullcontext()

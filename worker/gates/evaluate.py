@@ -37,7 +37,7 @@ import redis
 from githubkit import GitHub
 
 from baton.errors import BatonError
-from baton.tasks import Task
+from baton.tasks import BRANCH_PREFIX, Task
 from evidence import statement
 from worker import audit, config, receipts
 from worker.authorize import ROLE_RANK, effective_role
@@ -231,7 +231,7 @@ def _judge(
 
 def _is_batons(ctx: Context, task: Task, pr: Pull) -> bool:
     """A pull request Baton opened for an agent run: its bot's, from a branch of the repository."""
-    if pr.fork or not pr.head_ref.startswith("baton/issue-") or pr.author_type != "Bot":
+    if pr.fork or not pr.head_ref.startswith(BRANCH_PREFIX) or pr.author_type != "Bot":
         return False
     return pr.author == bot_identity(ctx, task)[0]
 

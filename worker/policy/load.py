@@ -195,6 +195,14 @@ ORG_AGENT_KEYS = ("adapter", "tools")
 
 def _org_problems(doc: PolicyDoc) -> list[Problem]:
     problems: list[Problem] = []
+    default = doc.data.get("trigger", {}).get("default_agent")
+    agents = doc.data.get("agents")
+    named = set(agents) if agents is not None else set(DEFAULT_POLICY.agents)
+    if default is not None and default not in named:
+        at: Path = ("trigger", "default_agent")
+        agents_named = ", ".join(sorted(named)) or "none"
+        problems.append(doc.problem(at, f"{show_path(at)}: {default!r} is not one of this policy's agents "
+                                        f"({agents_named})"))  # fmt: skip
     for name, entry in doc.data.get("agents", {}).items():
         path: Path = ("agents", name)
         needed = (*ORG_AGENT_KEYS, "command") if entry.get("adapter") == "command" else ORG_AGENT_KEYS
@@ -233,6 +241,7 @@ def org_policy(doc: PolicyDoc | None) -> Policy:
         trigger=Trigger(
             min_permission=Permission(trigger.get("min_permission", base.trigger.min_permission)),
             allow_bots=tuple(trigger.get("allow_bots", base.trigger.allow_bots)),
+            default_agent=trigger.get("default_agent", base.trigger.default_agent),
         ),
         agents=base.agents if agents is None else {name: agent_from(a) for name, a in agents.items()},
         tools={name: frozenset(Axis(t) for t in tags) for name, tags in tools.items()},

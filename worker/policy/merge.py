@@ -100,9 +100,10 @@ def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
         return Merged(ceiling)
     check = _Checker(repo)
     d = repo.data
+    agents = _agents(check, ceiling.agents, d.get("agents"))
     effective = Policy(
-        trigger=_trigger(check, ceiling.trigger, d.get("trigger", {})),
-        agents=_agents(check, ceiling.agents, d.get("agents")),
+        trigger=_trigger(check, ceiling.trigger, d.get("trigger", {}), agents),
+        agents=agents,
         tools=_tools(check, ceiling.tools, d.get("tools", {})),
         protected_paths=(*ceiling.protected_paths, *d.get("paths", {}).get("protected", ())),
         gates=_gates(check, ceiling.gates, d.get("gates", ())),
@@ -111,7 +112,7 @@ def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
     return Merged(effective, tuple(sorted(set(check.problems))))
 
 
-def _trigger(check: _Checker, ceiling: Trigger, d: Mapping[str, Any]) -> Trigger:
+def _trigger(check: _Checker, ceiling: Trigger, d: Mapping[str, Any], agents: Mapping[str, Agent]) -> Trigger:
     permission = ceiling.min_permission
     if "min_permission" in d:
         asked = Permission(d["min_permission"])
@@ -125,7 +126,19 @@ def _trigger(check: _Checker, ceiling: Trigger, d: Mapping[str, Any]) -> Trigger
     bots = check.within(
         ("trigger", "allow_bots"), d.get("allow_bots", ceiling.allow_bots), ceiling.allow_bots, "bot"
     )
-    return Trigger(min_permission=permission, allow_bots=bots)
+    default = ceiling.default_agent
+    if "default_agent" in d:
+        if d["default_agent"] in agents:  # among the org's agents this repository keeps
+            default = d["default_agent"]
+        else:
+            check.widen(
+                ("trigger", "default_agent"),
+                f"{d['default_agent']!r} is not an agent the org policy allows here "
+                f"({', '.join(sorted(agents)) or 'none'}); a repository may only pick among them",
+            )
+    if default not in agents:  # the repository removed the org's default: no default here
+        default = None
+    return Trigger(min_permission=permission, allow_bots=bots, default_agent=default)
 
 
 def _agents(check: _Checker, ceiling: Mapping[str, Agent], d: Mapping[str, Any] | None) -> dict[str, Agent]:

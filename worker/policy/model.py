@@ -78,6 +78,9 @@ def _set(items: Iterable[str]) -> tuple[str, ...]:
 class Trigger:
     min_permission: Permission = Permission.WRITE
     allow_bots: tuple[str, ...] = ()
+    #: The agent that runs when someone calls Baton by name (`@<app-slug> ...`) rather than naming
+    #: one; None: such a call is answered with how to name an agent.
+    default_agent: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow_bots", _set(self.allow_bots))
@@ -207,6 +210,8 @@ class Policy:
             "trigger": {
                 "min_permission": str(self.trigger.min_permission),
                 "allow_bots": list(self.trigger.allow_bots),
+                # Written only when set, so every decision recorded before it existed replays.
+                **({"default_agent": self.trigger.default_agent} if self.trigger.default_agent else {}),
             },
             "agents": agents,
             "tools": {name: sorted(str(a) for a in tags) for name, tags in self.tools.items()},

@@ -96,6 +96,11 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "min_permission": {"type": "string", "enum": [str(p) for p in Permission]},
                 "allow_bots": _set_of(_BOT),
+                "default_agent": {
+                    **_AGENT,
+                    "description": "The agent that runs when someone calls Baton by name (@<app-slug> ...); "
+                    "one of this policy's agents (a repository may only pick among the org's).",
+                },
             },
         },
         "agents": {

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from baton.tasks import Outcome
+from baton.tasks import BRANCH_PREFIX, Outcome
 from worker.lifecycle import OUTCOME_STATE, State
 from worker.messages import fenced, inert
 from worker.runner.gateway.journal import VIOLATION_PREFIX
@@ -45,7 +45,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def branch_for(number: int) -> str:
-    return f"baton/issue-{number}"
+    return f"{BRANCH_PREFIX}{number}"
 
 
 def commit_message(*, title: str, number: int, task_id: str, agent: str, co_author: str | None) -> str:

@@ -12,6 +12,7 @@ from worker.policy import (
     Axis,
     Merged,
     Permission,
+    Policy,
     PolicyError,
     TaskFacts,
     decide,
@@ -404,3 +405,38 @@ def test_model_spend_caps_only_go_down_and_are_not_written_unless_set() -> None:
     plain = org_policy(parse("version: 1\n", "org.yml")).to_data()["limits"]
     assert not any("spend" in key for key in plain)
     assert not any("spend" in key for key in plain["installation"])
+
+
+# -- trigger.default_agent: who runs when someone calls Baton by name ----------------------------
+
+
+def _with_default(agent: str) -> Policy:
+    return org_policy(parse(ORG.replace("trigger: {", f"trigger: {{default_agent: {agent}, "), "org.yml"))
+
+
+def test_the_org_names_the_default_agent_among_its_own() -> None:
+    assert "trigger: {" in ORG
+    assert _with_default("runner").trigger.default_agent == "runner"
+    assert CEILING.trigger.default_agent is None
+    with pytest.raises(PolicyError) as caught:
+        _with_default("codex")
+    assert "trigger.default_agent: 'codex' is not one of this policy's agents (claude-code, runner)" in str(
+        caught.value
+    )
+
+
+def test_a_repository_picks_the_default_only_among_the_agents_it_keeps() -> None:
+    ceiling = _with_default("claude-code")
+    picked = merge(ceiling, parse("version: 1\ntrigger: {default_agent: runner}\n", ".github/baton.yml"))
+    assert (picked.policy.trigger.default_agent, picked.problems) == ("runner", ())
+    widened = merge(ceiling, parse("version: 1\ntrigger: {default_agent: codex}\n", ".github/baton.yml"))
+    assert widened.policy.trigger.default_agent == "claude-code"  # the ceiling's stands
+    [problem] = widened.problems
+    assert "trigger.default_agent: 'codex' is not an agent the org policy allows here" in str(problem)
+    removed = merge(ceiling, parse("version: 1\nagents: {runner: {}}\n", ".github/baton.yml"))
+    assert removed.policy.trigger.default_agent is None  # the repository dropped the org's default
+
+
+def test_a_default_agent_changes_the_digest_only_where_it_is_set() -> None:
+    assert "default_agent" not in CEILING.to_data()["trigger"]
+    assert _with_default("runner").to_data()["trigger"]["default_agent"] == "runner"
