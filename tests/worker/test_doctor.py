@@ -523,6 +523,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         REDIS_URL=durable_redis.url,
         GITHUB_API_URL=stage.api_url,
         APP_ID=str(stage.app_id),
+        BATON_APP_SLUG="baton",
         PRIVATE_KEY=stage.private_key,
         BATON_PUBLIC_URL="https://baton.example.com",
         BATON_DATA_DIR=str(tmp_path / "data"),
@@ -544,6 +545,7 @@ def test_doctor_passes_a_working_setup_as_a_real_process(
         "redis eviction",
         "redis replicas",
         "github app",
+        "app slug",
         "github permissions",
         "github installations",
         "webhook secret",
@@ -800,3 +802,14 @@ def test_the_replicas_baton_waits_for_are_checked_with_a_write(tmp_path: Path) -
 def test_one_redis_with_no_replicas_asked_for_is_fine(redis_url: str) -> None:
     check = judge.redis_replication(doctor.gather_redis(settings.load({"REDIS_URL": redis_url})))
     assert check.status is OK
+
+
+def test_the_app_slug_is_held_to_what_github_calls_the_app() -> None:
+    facts = judge.GitHubFacts("https://api.github.com", app={"slug": "baton-acme", "name": "Baton", "id": 1})
+    assert judge.app_slug(facts, "baton-acme").status is OK
+    unset = judge.app_slug(facts, None)
+    assert (unset.status, unset.fix) == (WARN, "set BATON_APP_SLUG=baton-acme for `baton serve`")
+    wrong = judge.app_slug(facts, "baton")
+    assert wrong.status is FAIL
+    assert "GitHub calls this App 'baton-acme'" in wrong.detail
+    assert judge.app_slug(judge.GitHubFacts("https://api.github.com", error="down"), "baton").status is SKIP

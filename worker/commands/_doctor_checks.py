@@ -401,6 +401,29 @@ def github_app(facts: GitHubFacts) -> Check:
     )
 
 
+def app_slug(facts: GitHubFacts, configured: str | None) -> Check:
+    """BATON_APP_SLUG against the slug GitHub gives the App: how people call Baton by name."""
+    name = "app slug"
+    if facts.app is None:
+        return _skip(name, "the App was not reached")
+    slug = str(facts.app.get("slug") or "")
+    if configured is None:
+        return Check(
+            name,
+            Status.WARN,
+            f"BATON_APP_SLUG is unset: comments calling the App by name (@{slug} ...) are not answered",
+            f"set BATON_APP_SLUG={slug} for `baton serve`",
+        )
+    if configured != slug.lower():
+        return Check(
+            name,
+            Status.FAIL,
+            f"BATON_APP_SLUG is {configured!r}, but GitHub calls this App {slug!r}: mentions go unanswered",
+            f"set BATON_APP_SLUG={slug}",
+        )
+    return Check(name, Status.OK, f"people call the App @{slug}, as BATON_APP_SLUG says")
+
+
 def _github_fix(facts: GitHubFacts) -> str:
     if facts.status == 401:
         return (

@@ -121,6 +121,7 @@ def diagnose(env: dict[str, str], manifest_path: Path, env_file: Path | None = N
         github = gather_github(config)
         checks += [
             judge.github_app(github),
+            judge.app_slug(github, config.app_slug),
             judge.github_permissions(github, manifest, manifest_error),
             judge.github_installations(github, manifest),
             judge.webhook_secret(len(config.webhook_secrets)),
