@@ -15,7 +15,7 @@ from emulator.auth import Caller, authorize_repo
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found
 from emulator.rest import shapes, shapes_items
-from emulator.rest.pulls import render_pull
+from emulator.rest.pulls import hook_pull
 from emulator.state import App, Comment, Delivery, Issue, Label, Repo
 
 _LABELS_DOCS = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
@@ -44,7 +44,7 @@ def _event_body(emu: Emulator, base: str, repo: Repo, item: Issue, action: str) 
             return {
                 "action": action,
                 "number": item.number,
-                "pull_request": render_pull(emu, base, repo, pull),
+                "pull_request": hook_pull(emu, base, repo, pull),
             }
     return {"action": action, "issue": shapes_items.issue(base, state, repo, item)}
 

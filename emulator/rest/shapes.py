@@ -243,6 +243,17 @@ def repository(
     return out
 
 
+def webhook_repository(base: str, state: State, repo: Repo) -> JSONObject:
+    """A repository as webhooks carry it: the REST form plus ``custom_properties`` (``{}`` unless set).
+
+    The webhook schemas want it on every full repository object: the top-level
+    ``repository``, a pull request's ``base.repo`` and ``head.repo``, a fork's ``forkee``.
+    """
+    out = repository(base, state, repo)
+    out["custom_properties"] = dict(repo.custom_properties)
+    return out
+
+
 def mini_repository(repo: Repo) -> JSONObject:
     """The short form installation webhooks list (``repositories``, ``repositories_added``...)."""
     return {
