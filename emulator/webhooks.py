@@ -78,7 +78,10 @@ def envelope(
 
     Webhook repositories carry ``custom_properties`` (``{}`` when none are set; see ``webhook_repository``).
     """
-    out: JSONObject = {"repository": webhook_repository(base, state, repo), "sender": simple_user(base, sender)}
+    out: JSONObject = {
+        "repository": webhook_repository(base, state, repo),
+        "sender": simple_user(base, sender),
+    }
     org = organization(base, state, repo.owner)
     if org is not None:
         out["organization"] = org

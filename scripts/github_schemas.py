@@ -43,10 +43,10 @@ OPERATIONS: list[tuple[str, str]] = [
     ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/comments"),
-    ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}/events"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/comments"),
     ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/comments"),
     ("get", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
+    ("patch", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
     ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/comments/{comment_id}/replies"),
 ]
 
@@ -104,7 +104,9 @@ def cut_openapi(spec: dict[str, Any]) -> dict[str, Any]:
     for method, path in OPERATIONS:
         operation = spec["paths"][path][method]
         paths.setdefault(path, {})[method] = {
-            key: operation[key] for key in ("operationId", "parameters", "requestBody", "responses") if key in operation
+            key: operation[key]
+            for key in ("operationId", "parameters", "requestBody", "responses")
+            if key in operation
         }
     components: dict[str, dict[str, Any]] = {}
     for ref in sorted(_closure(spec, list(paths.values()))):
@@ -123,7 +125,9 @@ def cut_openapi(spec: dict[str, Any]) -> dict[str, Any]:
 def cut_webhooks(schema: dict[str, Any]) -> dict[str, Any]:
     definitions = schema["definitions"]
     wanted = sorted(name for name in definitions if name.split("$", 1)[0] in EVENTS and "$" in name)
-    keep = set(wanted) | {ref.removeprefix("#/definitions/") for ref in _closure(schema, [definitions[n] for n in wanted])}
+    keep = set(wanted) | {
+        ref.removeprefix("#/definitions/") for ref in _closure(schema, [definitions[n] for n in wanted])
+    }
     return {"$schema": schema["$schema"], "definitions": {name: definitions[name] for name in sorted(keep)}}
 
 
@@ -153,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in outputs.items() if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} differs from a new cut: run python scripts/github_schemas.py DIR")
+            print(
+                f"{path.relative_to(ROOT)} differs from a new cut: run python scripts/github_schemas.py DIR"
+            )
         return 1 if stale else 0
     OUT.mkdir(parents=True, exist_ok=True)
     for path, text in outputs.items():

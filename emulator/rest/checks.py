@@ -16,7 +16,6 @@ from emulator.rest import checks_validation, shapes_items
 from emulator.state import App, CheckRun, Delivery, Repo
 from emulator.types import JSONObject
 
-
 _RERUN_DOCS = "https://docs.github.com/rest/checks/runs#rerequest-a-check-run"
 
 

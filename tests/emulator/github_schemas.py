@@ -73,7 +73,7 @@ def _tolerant(node: Any) -> Any:
         return node
     out = {key: _tolerant(value) for key, value in node.items()}
     if out.get("additionalProperties") is False:
-        out["properties"] = {**dict.fromkeys(NEWER_THAN_THE_SCHEMA, {}), **out.get("properties", {})}
+        out["properties"] = {**{name: {} for name in NEWER_THAN_THE_SCHEMA}, **out.get("properties", {})}
     return out
 
 
@@ -81,7 +81,7 @@ def _tolerant(node: Any) -> Any:
 def _webhook_validator(event: str, key: str) -> Draft7Validator:
     definitions = _tolerant(_webhooks()["definitions"])
     top = definitions[key]
-    top["properties"] = {**dict.fromkeys(NEWER_AT_TOP_LEVEL.get(event, set()), {}), **top["properties"]}
+    top["properties"] = {**{name: {} for name in NEWER_AT_TOP_LEVEL.get(event, set())}, **top["properties"]}
     return Draft7Validator({"definitions": definitions, "$ref": f"#/definitions/{key}"})
 
 
@@ -100,7 +100,9 @@ def _nullable(node: Any) -> Any:
         return [_nullable(item) for item in node]
     if not isinstance(node, dict):
         return node
-    out = {key: _nullable(value) for key, value in node.items() if key not in {"nullable", "example", "examples"}}
+    out = {
+        key: _nullable(value) for key, value in node.items() if key not in {"nullable", "example", "examples"}
+    }
     if node.get("nullable") is True:
         if "type" in out:
             out["type"] = [out["type"], "null"]

@@ -119,7 +119,8 @@ def test_an_unfinished_check_run_is_not_rerequestable(hooked: World, receiver: R
     """Failed before: the rerequest went out with a suite ``in_progress``, which the schema refuses."""
     with hooked.api(hooked.token()) as api:
         run = api.post(
-            f"/repos/{FULL}/check-runs", json={"name": "gate", "head_sha": hooked.head_sha, "status": "in_progress"}
+            f"/repos/{FULL}/check-runs",
+            json={"name": "gate", "head_sha": hooked.head_sha, "status": "in_progress"},
         ).json()
         done = api.post(
             f"/repos/{FULL}/check-runs",
@@ -141,8 +142,12 @@ def test_an_unfinished_check_run_is_not_rerequestable(hooked: World, receiver: R
 
 def test_installation_repository_changes_fit_the_schemas(hooked: World, receiver: Receiver) -> None:
     since = _last_id(hooked)
-    hooked.post(f"/installations/{hooked.installation_id}/repositories/removed", {"repositories": ["secret-sauce"]})
-    hooked.post(f"/installations/{hooked.installation_id}/repositories/added", {"repositories": ["secret-sauce"]})
+    hooked.post(
+        f"/installations/{hooked.installation_id}/repositories/removed", {"repositories": ["secret-sauce"]}
+    )
+    hooked.post(
+        f"/installations/{hooked.installation_id}/repositories/added", {"repositories": ["secret-sauce"]}
+    )
     _assert_fit(
         _payloads(hooked, since),
         {("installation_repositories", "removed"), ("installation_repositories", "added")},
