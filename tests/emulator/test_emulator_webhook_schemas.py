@@ -160,3 +160,16 @@ def test_the_check_refuses_what_the_schema_refuses() -> None:
     errors = webhook_errors("issues", bad)
     assert any(e.startswith("(top level)") and "surprise" in e for e in errors), errors
     assert any(e.startswith("issue/number") for e in errors), errors
+
+
+def test_the_rest_check_refuses_what_the_description_refuses() -> None:
+    """The REST checker itself: a review without its ``state`` or with a string id is caught."""
+    from github_schemas import rest_errors
+
+    template = "/repos/{owner}/{repo}/pulls/{pull_number}/reviews/{review_id}"
+    errors = rest_errors("GET", template, 200, {"id": "42", "node_id": "x", "user": None, "body": "",
+                                                "commit_id": None, "html_url": "h", "pull_request_url": "p",
+                                                "_links": {}, "author_association": "NONE"})  # fmt: skip
+    assert any(e.startswith("(top level)") and "'state' is a required property" in e for e in errors), errors
+    assert any(e.startswith("id:") for e in errors), errors
+    assert not any(e.startswith("commit_id") for e in errors)  # nullable in the description
