@@ -75,6 +75,7 @@ class Installation:
     events: list[str] = field(default_factory=list)
     created_at: float = 0.0
     suspended_at: float | None = None
+    suspended_by: str | None = None  # the login of who suspended it
 
 
 @dataclass

@@ -109,7 +109,7 @@ def installation(base: str, state: State, inst: Installation) -> JSONObject:
         "single_file_name": None,
         "has_multiple_single_files": False,
         "single_file_paths": [],
-        "suspended_by": None,
+        "suspended_by": account(base, state, inst.suspended_by) if inst.suspended_by else None,
         "suspended_at": iso(inst.suspended_at) if inst.suspended_at else None,
     }
 

@@ -173,3 +173,56 @@ def test_the_rest_check_refuses_what_the_description_refuses() -> None:
     assert any(e.startswith("(top level)") and "'state' is a required property" in e for e in errors), errors
     assert any(e.startswith("id:") for e in errors), errors
     assert not any(e.startswith("commit_id") for e in errors)  # nullable in the description
+
+
+def test_the_other_events_fit_the_schemas(hooked: World, receiver: Receiver) -> None:
+    """Edits, labels, drafts, button clicks, forks, suspensions and deletions, made by actions.
+
+    Failed before: ``installation.suspend`` carried ``suspended_by`` null; GitHub names who
+    suspended it. (``installation.created`` is left out: its ``requester`` is null, as GitHub's
+    own OpenAPI description allows, and the community schema does not.)
+    """
+    from emulator.admin.client import AdminClient
+
+    _all_events(hooked)
+    with AdminClient(hooked.url) as admin:
+        admin.create_issue(FULL, title="x", user="rita", labels=["bug"])
+        admin.unlabel(FULL, 1, "bug", sender="maria")
+        admin.commit(FULL, "b", {"a.txt": "a\n"})
+        admin.open_pull(FULL, head="b", user="wes")
+        with hooked.api(hooked.token()) as api:
+            api.patch(f"/repos/{FULL}/pulls/2", json={"title": "new title", "body": "b"})
+            api.post(f"/repos/{FULL}/issues/2/labels", json={"labels": ["x"]})
+            said = api.post(f"/repos/{FULL}/issues/2/comments", json={"body": "hi"}).json()
+            api.patch(f"/repos/{FULL}/issues/comments/{said['id']}", json={"body": "ho"})
+            run = api.post(
+                f"/repos/{FULL}/check-runs",
+                json={"name": "g", "head_sha": hooked.head_sha, "conclusion": "success",
+                      "output": {"title": "t", "summary": "s"},
+                      "actions": [{"label": "L", "identifier": "i", "description": "d"}]},
+            ).json()  # fmt: skip
+        hooked.post(f"/check-runs/{run['id']}/requested-action", {"sender": "ada", "identifier": "i"})
+        admin.convert_to_draft(FULL, 2, sender="wes")
+        admin.create_user("mallory")
+        admin.fork(FULL, "mallory")
+        for action in ("suspend", "unsuspend"):
+            hooked.post(f"/installations/{hooked.installation_id}/{action}", {"sender": "ada"})
+        admin.delete_repo(f"{OWNER}/secret-sauce")
+    payloads = _payloads(hooked)
+    _assert_fit(
+        payloads,
+        {
+            ("issues", "unlabeled"),
+            ("pull_request", "edited"),
+            ("pull_request", "labeled"),
+            ("issue_comment", "edited"),
+            ("check_run", "requested_action"),
+            ("pull_request", "converted_to_draft"),
+            ("fork", ""),
+            ("installation", "suspend"),
+            ("installation", "unsuspend"),
+            ("repository", "deleted"),
+        },
+    )
+    suspended = next(p for e, p in payloads if (e, p.get("action")) == ("installation", "suspend"))
+    assert suspended["installation"]["suspended_by"]["login"] == "ada"
