@@ -2,7 +2,7 @@
 
 A person submits a review (with line comments), adds a single line comment, replies
 in a review thread, or edits a comment. Each goes through the REST API's own functions
-(:mod:`emulator.rest.reviews`, :mod:`emulator.rest.issues`), so GitHub's rules and
+(:mod:`emulator.reviewing`, :mod:`emulator.rest.issues`), so GitHub's rules and
 422s apply and the same webhooks go out, in the same order, with the person as
 ``sender``, before the admin call answers (unless ``"wait": false``).
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator import webhooks
+from emulator import reviewing, webhooks
 from emulator.admin.setup import LOGIN, AdminBase, AdminError, ensure_user, need_str
 from emulator.rest import issues as routes_issues
-from emulator.rest import reviews as routes_reviews
 from emulator.rest import reviews_validation as rules
 from emulator.rest.pulls import pull_shas
 from emulator.state import Delivery, Pull, Repo, ReviewComment
@@ -53,7 +52,7 @@ class ReviewsAdmin(AdminBase):
         raw = body.get("comments") or []
         if not isinstance(raw, list):
             raise AdminError(422, "'comments' must be a list of {path, line, body}")
-        review = routes_reviews.submit_review(
+        review = reviewing.submit_review(
             self.emu,
             base,
             repo,
@@ -67,7 +66,7 @@ class ReviewsAdmin(AdminBase):
             pending=pending,
         )
         await self._send(pending, body)
-        comments = [c.id for c in routes_reviews.comments_of(self.emu, review)]
+        comments = [c.id for c in reviewing.comments_of(self.emu, review)]
         return 200, _answer(pending, id=review.id, state=review.state, comments=comments)
 
     async def comment(self, body: dict[str, Any], params: dict[str, str], base: str) -> tuple[int, Any]:
@@ -83,7 +82,7 @@ class ReviewsAdmin(AdminBase):
             )
         head, _ = pull_shas(self.emu, repo, pull)
         pending: list[Delivery] = []
-        made = routes_reviews.single_comment(
+        made = reviewing.single_comment(
             self.emu,
             base,
             repo,
@@ -104,7 +103,7 @@ class ReviewsAdmin(AdminBase):
         root = self._review_comment(repo, params["comment_id"], pull)
         user = ensure_user(self.emu, need_str(body, "user", LOGIN))
         pending: list[Delivery] = []
-        made = routes_reviews.reply(
+        made = reviewing.reply(
             self.emu,
             base,
             repo,
@@ -154,7 +153,7 @@ class ReviewsAdmin(AdminBase):
         found = self._review_comment(repo, params["comment_id"])
         sender = ensure_user(self.emu, need_str(body, "sender", LOGIN) if "sender" in body else found.user)
         pending: list[Delivery] = []
-        routes_reviews.edit_review_comment(
+        reviewing.edit_review_comment(
             self.emu,
             base,
             repo,
