@@ -226,3 +226,18 @@ def test_the_other_events_fit_the_schemas(hooked: World, receiver: Receiver) -> 
     )
     suspended = next(p for e, p in payloads if (e, p.get("action")) == ("installation", "suspend"))
     assert suspended["installation"]["suspended_by"]["login"] == "ada"
+
+
+def test_the_vendored_schemas_hold_what_the_cutting_script_lists() -> None:
+    """The fixtures were cut with the script's current lists (re-cut them when a list changes)."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    from github_schemas import FIXTURES, operations
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "github_schemas.py"
+    lists = runpy.run_path(str(script), run_name="cut")  # its lists, without running main()
+    assert operations() == sorted((m.upper(), p) for m, p in lists["OPERATIONS"])
+    definitions = json.loads((FIXTURES / "webhooks-schemas.json").read_text())["definitions"]
+    assert {name.split("$", 1)[0] for name in definitions if "$" in name} == set(lists["EVENTS"])
