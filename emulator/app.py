@@ -42,6 +42,7 @@ from emulator.rest import hooks as routes_hooks
 from emulator.rest import issues as routes_issues
 from emulator.rest import pulls as routes_pulls
 from emulator.rest import repos as routes_repos
+from emulator.rest import reviews as routes_reviews
 from emulator.rest import users as routes_users
 from emulator.state import Delivery
 
@@ -50,6 +51,7 @@ API_ROUTES: list[RouteSpec] = [
     *routes_hooks.ROUTES,
     *routes_repos.ROUTES,
     *routes_issues.ROUTES,
+    *routes_reviews.ROUTES,
     *routes_pulls.ROUTES,
     *routes_checks.ROUTES,
     *routes_users.ROUTES,

@@ -21,7 +21,7 @@ class ApiError(Exception):
         message: str,
         *,
         documentation_url: str = DOCS,
-        errors: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)

@@ -13,7 +13,7 @@ check out an outside contributor's commits without any access to the fork.
 from __future__ import annotations
 
 from emulator.core import Emulator, emit
-from emulator.rest.shapes import repository
+from emulator.rest.shapes import webhook_repository
 from emulator.state import Delivery, Pull, Repo, State, User
 from emulator.types import JSONObject
 
@@ -80,7 +80,7 @@ def sync_pull_ref(emu: Emulator, repo: Repo, pull: Pull) -> str | None:
 
 def forkee(base: str, state: State, fork: Repo) -> JSONObject:
     """The ``forkee`` of a ``fork`` webhook: the new repository, plus ``public``."""
-    out = repository(base, state, fork)
+    out = webhook_repository(base, state, fork)
     out["public"] = not fork.private
     return out
 

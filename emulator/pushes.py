@@ -17,7 +17,7 @@ from typing import Any
 from emulator import forks
 from emulator.core import Emulator, emit
 from emulator.gitrepo import GitRepo
-from emulator.rest.pulls import render_pull
+from emulator.rest.pulls import hook_pull
 from emulator.rest.shapes import bot_user
 from emulator.state import App, Delivery, Pull, Repo, iso
 from emulator.types import JSONObject
@@ -124,7 +124,7 @@ def push_events(
                 "number": pull.number,
                 "before": old,
                 "after": new,
-                "pull_request": render_pull(emu, base, base_repo, pull),
+                "pull_request": hook_pull(emu, base, base_repo, pull),
             }
             emit(emu, base, base_repo, "pull_request", sync, pending=pending, sender=sender, acting=acting)
     return pending

@@ -1,8 +1,8 @@
 """The emulator's world: plain records in memory, dumped to ``DIR/state.json``.
 
 Everything GitHub would remember between requests lives here (apps,
-installations, tokens, repositories, issues, pulls, comments, check runs,
-webhook deliveries). Git objects do not: they live in the bare repositories.
+installations, tokens, repositories, issues, pulls, comments, reviews and
+review comments, check runs, webhook deliveries). Git objects do not: they live in the bare repositories.
 Records hold only JSON-able fields, so the dump is each record's fields as they are.
 """
 
@@ -75,6 +75,7 @@ class Installation:
     events: list[str] = field(default_factory=list)
     created_at: float = 0.0
     suspended_at: float | None = None
+    suspended_by: str | None = None  # the login of who suspended it
 
 
 @dataclass
@@ -146,6 +147,48 @@ class Comment:
     issue_number: int
     body: str
     user: str
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    app_id: int | None = None
+
+
+@dataclass
+class Review:
+    """A pull request review: ``PENDING`` until submitted, then ``COMMENTED``, ``APPROVED`` or
+    ``CHANGES_REQUESTED``. Every review comment belongs to one (a single comment or a reply
+    is a review of its own, as on GitHub)."""
+
+    id: int
+    repo: str
+    number: int  # the pull request's
+    user: str
+    body: str | None
+    state: str
+    commit_id: str
+    created_at: float = 0.0
+    submitted_at: float | None = None
+    app_id: int | None = None
+
+
+@dataclass
+class ReviewComment:
+    """A comment on a line of a pull request's diff; a reply names its thread's first comment."""
+
+    id: int
+    repo: str
+    number: int  # the pull request's
+    review_id: int
+    user: str
+    body: str
+    path: str
+    commit_id: str
+    diff_hunk: str
+    position: int
+    line: int
+    side: str  # LEFT | RIGHT
+    start_line: int | None = None
+    start_side: str | None = None
+    in_reply_to_id: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
     app_id: int | None = None
@@ -229,6 +272,18 @@ class ManifestCode:
 
 T = TypeVar("T")
 
+#: The collections whose records belong to one repository (``repo``), forgotten with it.
+_PER_REPO = (
+    "labels",
+    "issues",
+    "pulls",
+    "comments",
+    "reviews",
+    "review_comments",
+    "check_runs",
+    "check_suites",
+)
+
 #: Each collection: its attribute name and record type, in dump order.
 _COLLECTIONS: dict[str, type[Any]] = {
     "users": User,
@@ -239,6 +294,8 @@ _COLLECTIONS: dict[str, type[Any]] = {
     "issues": Issue,
     "pulls": Pull,
     "comments": Comment,
+    "reviews": Review,
+    "review_comments": ReviewComment,
     "check_runs": CheckRun,
     "check_suites": CheckSuite,
     "tokens": Token,
@@ -270,6 +327,8 @@ class State:
         self.issues: dict[int, Issue] = {}
         self.pulls: dict[int, Pull] = {}
         self.comments: dict[int, Comment] = {}
+        self.reviews: dict[int, Review] = {}
+        self.review_comments: dict[int, ReviewComment] = {}
         self.check_runs: dict[int, CheckRun] = {}
         self.check_suites: dict[int, CheckSuite] = {}
         self.tokens: dict[str, Token] = {}  # by token string
@@ -363,7 +422,7 @@ class State:
         name = repo.full_name
         with self.lock:
             self.repos.pop(name, None)
-            for collection in ("labels", "issues", "pulls", "comments", "check_runs", "check_suites"):
+            for collection in _PER_REPO:
                 records: dict[int, Any] = getattr(self, collection)
                 for key in [k for k, rec in records.items() if rec.repo == name]:
                     del records[key]

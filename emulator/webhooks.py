@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from emulator.rest.shapes import account, bot_user, node_id, repository, simple_user
+from emulator.rest.shapes import account, bot_user, node_id, simple_user, webhook_repository
 from emulator.state import App, Delivery, Repo, State, User
 from emulator.types import JSONObject
 
@@ -76,11 +76,12 @@ def envelope(
 ) -> JSONObject:
     """The parts every repository event shares: repository, owner, installation, sender.
 
-    Webhook repositories carry ``custom_properties`` (``{}`` when none are set).
+    Webhook repositories carry ``custom_properties`` (``{}`` when none are set; see ``webhook_repository``).
     """
-    repository_obj = repository(base, state, repo)
-    repository_obj["custom_properties"] = dict(repo.custom_properties)
-    out: JSONObject = {"repository": repository_obj, "sender": simple_user(base, sender)}
+    out: JSONObject = {
+        "repository": webhook_repository(base, state, repo),
+        "sender": simple_user(base, sender),
+    }
     org = organization(base, state, repo.owner)
     if org is not None:
         out["organization"] = org

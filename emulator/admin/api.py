@@ -6,7 +6,8 @@ in ``github-requests.jsonl`` and never hit by faults. Errors are
 ``{"message": ...}`` with 400/404/409/422. Set-up handlers are in
 :mod:`emulator.admin.setup`, people's actions and webhooks in
 :mod:`emulator.admin.people` and :mod:`emulator.admin.changes`, forks and
-commits in :mod:`emulator.admin.repos`; faults,
+commits in :mod:`emulator.admin.repos`, reviews and comment edits in
+:mod:`emulator.admin.reviews`; faults,
 settings and inspection are here.
 """
 
@@ -23,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from emulator.admin.changes import ChangesAdmin
 from emulator.admin.people import PeopleAdmin
 from emulator.admin.repos import ReposAdmin
+from emulator.admin.reviews import ReviewsAdmin
 from emulator.admin.setup import AdminBase, AdminError, SetupAdmin
 from emulator.core import Emulator
 from emulator.errors import ApiError
@@ -129,7 +131,7 @@ def _wrap(handler: AdminHandler, *, persist: bool = True) -> Callable[[Request],
 
 def routes(emu: Emulator) -> list[BaseRoute]:
     setup, people, inspect = SetupAdmin(emu), PeopleAdmin(emu), InspectAdmin(emu)
-    changes, repos = ChangesAdmin(emu), ReposAdmin(emu)
+    changes, repos, reviews = ChangesAdmin(emu), ReposAdmin(emu), ReviewsAdmin(emu)
     table: list[tuple[str, str, AdminHandler]] = [
         ("POST", "/users", setup.create_user),
         ("POST", "/apps", setup.create_app),
@@ -154,6 +156,11 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/ready_for_review", changes.ready_for_review),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/convert_to_draft", changes.convert_to_draft),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/push", changes.push_to_pull),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/reviews", reviews.review),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/comments", reviews.comment),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/comments/{comment_id}/replies", reviews.reply),
+        ("PATCH", "/repos/{owner}/{repo}/pulls/comments/{comment_id}", reviews.edit_review_comment),
+        ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}", reviews.edit_comment),
         ("POST", "/check-runs/{run_id}/{what}", people.check_run_event),
         ("POST", "/check-suites/{suite_id}/rerequest", changes.rerequest_suite),
         ("POST", "/webhooks", people.send_event),

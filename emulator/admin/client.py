@@ -304,6 +304,83 @@ class AdminClient:
         result: dict[str, Any] = self._pull_action(full_name, number, "push", body)
         return result
 
+    def review(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        user: str,
+        body: str | None = None,
+        event: str | None = "COMMENT",
+        comments: list[dict[str, Any]] | None = None,
+        commit_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``user`` reviews pull ``number``: ``event`` APPROVE, REQUEST_CHANGES or COMMENT (None: the
+        review stays PENDING, no webhook); ``comments`` are ``{"path", "line", "body"}`` (``side``
+        LEFT/RIGHT, ``start_line`` optional), each on a line of the pull's diff (else 422).
+
+        Sends ``pull_request_review.submitted``, then ``pull_request_review_comment.created`` per
+        comment. The answer has ``id``, ``state``, ``comments`` (their ids) and ``deliveries``.
+        """
+        payload: dict[str, Any] = {"user": user, "comments": comments or []}
+        for key, value in (("body", body), ("event", event), ("commit_id", commit_id)):
+            if value is not None:
+                payload[key] = value
+        return self._pull_action(full_name, number, "reviews", payload)
+
+    def review_comment(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        user: str,
+        path: str,
+        line: int,
+        body: str,
+        side: str = "RIGHT",
+        start_line: int | None = None,
+        commit_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A single line comment (a review of its own, as on GitHub): ``pull_request_review.submitted``
+        then ``pull_request_review_comment.created``. The answer has ``id``, ``review_id``, ``deliveries``."""
+        payload: dict[str, Any] = {"user": user, "path": path, "line": line, "body": body, "side": side}
+        if start_line is not None:
+            payload["start_line"] = start_line
+        if commit_id is not None:
+            payload["commit_id"] = commit_id
+        return self._pull_action(full_name, number, "comments", payload)
+
+    def reply_review_comment(
+        self, full_name: str, number: int, comment_id: int, *, user: str, body: str
+    ) -> dict[str, Any]:
+        """A reply in the thread of review comment ``comment_id`` (the thread's first comment; a reply
+        to a reply is refused, 422): ``pull_request_review.submitted`` then
+        ``pull_request_review_comment.created`` with ``in_reply_to_id``. Answers ``id``, ``deliveries``."""
+        return self._pull_action(
+            full_name, number, f"comments/{comment_id}/replies", {"user": user, "body": body}
+        )
+
+    def edit_comment(
+        self, full_name: str, comment_id: int, *, body: str, sender: str | None = None
+    ) -> dict[str, Any]:
+        """Edit an issue or pull request comment: ``issue_comment.edited`` (``changes.body.from``) when
+        the body changes; ``sender`` (the editor) defaults to the comment's author."""
+        payload: dict[str, Any] = {"body": body} | ({"sender": sender} if sender is not None else {})
+        result: dict[str, Any] = self.call(
+            "PATCH", f"/repos/{full_name}/issues/comments/{comment_id}", payload
+        )
+        return result
+
+    def edit_review_comment(
+        self, full_name: str, comment_id: int, *, body: str, sender: str | None = None
+    ) -> dict[str, Any]:
+        """Edit a review comment: ``pull_request_review_comment.edited`` when the body changes."""
+        payload: dict[str, Any] = {"body": body} | ({"sender": sender} if sender is not None else {})
+        result: dict[str, Any] = self.call(
+            "PATCH", f"/repos/{full_name}/pulls/comments/{comment_id}", payload
+        )
+        return result
+
     def rerequest_check_suite(self, suite_id: int, *, sender: str) -> dict[str, Any]:
         """A person re-runs all checks: ``check_suite.rerequested`` to the suite's App."""
         result: dict[str, Any] = self.call("POST", f"/check-suites/{suite_id}/rerequest", {"sender": sender})

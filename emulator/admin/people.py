@@ -160,9 +160,9 @@ class PeopleAdmin(AdminBase):
             raise AdminError(404, "action must be created, suspend, unsuspend or deleted")
         sender = ensure_user(self.emu, str(body.get("sender") or inst.account))
         if action == "suspend":
-            inst.suspended_at = state.now()
+            inst.suspended_at, inst.suspended_by = state.now(), sender.login
         elif action == "unsuspend":
-            inst.suspended_at = None
+            inst.suspended_at, inst.suspended_by = None, None
         payload: dict[str, Any] = {
             "action": action,
             "installation": shapes.installation(base, state, inst),

@@ -16,6 +16,8 @@ from emulator.rest import checks_validation, shapes_items
 from emulator.state import App, CheckRun, Delivery, Repo
 from emulator.types import JSONObject
 
+_RERUN_DOCS = "https://docs.github.com/rest/checks/runs#rerequest-a-check-run"
+
 
 def _timestamp(value: Any, key: str, docs: str) -> float | None:
     if value is None:
@@ -200,9 +202,7 @@ async def rerequest_run(req: ApiRequest) -> Reply:
     """Asks GitHub to send ``check_run.rerequested`` to the App that made the run (only that App may ask)."""
     repo = req.repo("checks", "write")
     run = _run(req, repo)
-    _require_owner(
-        req, run, documentation_url="https://docs.github.com/rest/checks/runs#rerequest-a-check-run"
-    )
+    _require_owner(req, run, documentation_url=_RERUN_DOCS)
     rerequest(req.emu, req.base, repo, run, pending=req.pending, sender=None, acting=req.caller.app)
     return Reply({}, status=201)
 
@@ -217,6 +217,22 @@ def rerequest(
     sender: str | None,
     acting: App | None,
 ) -> None:
+    """Someone asked for the run again: ``check_run.rerequested`` to the App that made it.
+
+    Only a completed run whose suite is completed may be asked for again (422
+    otherwise): GitHub offers "Re-run" on finished checks, its description
+    answers 422 for a run that is "not rerequestable", and the payload's
+    ``check_run`` and ``check_suite`` are then both ``completed``, as the
+    webhook schemas want. The words of the 422 are the emulator's.
+    """
+    status, _ = check_suites.summary(check_suites.runs_of(emu, emu.state.check_suites[run.check_suite_id]))
+    if run.status != "completed" or status != "completed":
+        waiting = "check run" if run.status != "completed" else "check suite"
+        raise ApiError(
+            422,
+            f"This check run is not rerequestable: its {waiting} has not completed.",
+            documentation_url=_RERUN_DOCS,
+        )
     app = emu.state.apps[run.app_id]
     payload = {"action": "rerequested", "check_run": webhook_run(emu, base, repo, run)}
     emit(emu, base, repo, "check_run", payload, pending=pending, sender=sender, acting=acting, only_app=app)

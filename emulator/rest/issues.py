@@ -1,7 +1,7 @@
 """Issues, issue comments and labels, with the webhooks GitHub sends for each change.
 
 The mutations (:func:`add_labels`, :func:`remove_label`, :func:`create_comment`,
-:func:`change_state`) are plain functions so the admin API can perform them *as
+:func:`edit_comment`, :func:`change_state`) are plain functions so the admin API can perform them *as
 a person* (the ``sender`` Baton must check) through the same code path as the
 REST API. Each one moves the issue's ``updated_at`` on (:meth:`State.touch`).
 """
@@ -15,7 +15,7 @@ from emulator.auth import Caller, authorize_repo
 from emulator.core import ApiRequest, Emulator, Reply, RouteSpec, emit, paginate
 from emulator.errors import ApiError, invalid_request, not_found
 from emulator.rest import shapes, shapes_items
-from emulator.rest.pulls import render_pull
+from emulator.rest.pulls import hook_pull
 from emulator.state import App, Comment, Delivery, Issue, Label, Repo
 
 _LABELS_DOCS = "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue"
@@ -44,7 +44,7 @@ def _event_body(emu: Emulator, base: str, repo: Repo, item: Issue, action: str) 
             return {
                 "action": action,
                 "number": item.number,
-                "pull_request": render_pull(emu, base, repo, pull),
+                "pull_request": hook_pull(emu, base, repo, pull),
             }
     return {"action": action, "issue": shapes_items.issue(base, state, repo, item)}
 
@@ -134,6 +134,35 @@ def create_comment(
     }
     emit(emu, base, repo, "issue_comment", body, pending=pending, sender=user, acting=acting)
     return created
+
+
+def edit_comment(
+    emu: Emulator,
+    base: str,
+    repo: Repo,
+    item: Issue,
+    comment: Comment,
+    *,
+    text: str,
+    pending: list[Delivery],
+    sender: str | None,
+    acting: App | None,
+) -> None:
+    """New body; ``issue_comment.edited`` (with ``changes.body.from``) only if it changed."""
+    state = emu.state
+    previous = comment.body
+    comment.body = text
+    comment.updated_at = state.now()
+    if previous == text:
+        return
+    state.touch(item)
+    body = {
+        "action": "edited",
+        "changes": {"body": {"from": previous}},
+        "issue": shapes_items.issue(base, state, repo, item),
+        "comment": shapes_items.comment(base, state, repo, comment),
+    }
+    emit(emu, base, repo, "issue_comment", body, pending=pending, sender=sender, acting=acting)
 
 
 def change_state(
@@ -289,18 +318,17 @@ async def update_comment(req: ApiRequest) -> Reply:
     found, item = _find_comment(req, repo)
     _issue_permission(req.caller, repo, item, "write")
     text = _comment_body(req)
-    previous = found.body
-    found.body = text
-    found.updated_at = req.state.now()
-    if previous != text:
-        req.state.touch(item)
-        body = {
-            "action": "edited",
-            "changes": {"body": {"from": previous}},
-            "issue": shapes_items.issue(req.base, req.state, repo, item),
-            "comment": shapes_items.comment(req.base, req.state, repo, found),
-        }
-        req.emit(repo, "issue_comment", body)
+    edit_comment(
+        req.emu,
+        req.base,
+        repo,
+        item,
+        found,
+        text=text,
+        pending=req.pending,
+        sender=None,
+        acting=req.caller.app,
+    )
     return Reply(shapes_items.comment(req.base, req.state, repo, found))
 
 

@@ -107,6 +107,18 @@ def render_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
     )
 
 
+def hook_pull(emu: Emulator, base: str, repo: Repo, pull: Pull) -> JSONObject:
+    """A pull request as ``pull_request`` webhooks carry it: ``base.repo`` and ``head.repo`` hold
+    ``custom_properties`` (the webhook schemas' ``repository``); REST answers have none."""
+    out = render_pull(emu, base, repo, pull)
+    for side in ("base", "head"):
+        shown = out[side]["repo"]
+        found = emu.state.repos.get(shown["full_name"]) if shown is not None else None
+        if shown is not None:
+            shown["custom_properties"] = dict(found.custom_properties) if found is not None else {}
+    return out
+
+
 def _refuse_duplicate(
     emu: Emulator, repo: Repo, head_repo: Repo, head_ref: str, base_ref: str, *, docs: str
 ) -> None:
@@ -148,7 +160,7 @@ def set_draft(
     pull.draft = draft
     emu.state.touch(item)
     action = "converted_to_draft" if draft else "ready_for_review"
-    payload = {"action": action, "number": pull.number, "pull_request": render_pull(emu, base, repo, pull)}
+    payload = {"action": action, "number": pull.number, "pull_request": hook_pull(emu, base, repo, pull)}
     emit(emu, base, repo, "pull_request", payload, pending=pending, sender=sender)
 
 
@@ -226,7 +238,7 @@ def open_pull(
     )
     state.issues[item.id] = item
     state.pulls[pull.id] = pull
-    payload = {"action": "opened", "number": number, "pull_request": render_pull(emu, base, repo, pull)}
+    payload = {"action": "opened", "number": number, "pull_request": hook_pull(emu, base, repo, pull)}
     emit(emu, base, repo, "pull_request", payload, pending=pending, sender=user, acting=acting)
     return pull
 
@@ -407,7 +419,7 @@ async def update_pull(req: ApiRequest) -> Reply:
             "action": "edited",
             "number": pull.number,
             "changes": changes,
-            "pull_request": render_pull(req.emu, req.base, repo, pull),
+            "pull_request": hook_pull(req.emu, req.base, repo, pull),
         }
         req.emit(repo, "pull_request", payload)
     if "state" in edits:

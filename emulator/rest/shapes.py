@@ -109,7 +109,7 @@ def installation(base: str, state: State, inst: Installation) -> JSONObject:
         "single_file_name": None,
         "has_multiple_single_files": False,
         "single_file_paths": [],
-        "suspended_by": None,
+        "suspended_by": account(base, state, inst.suspended_by) if inst.suspended_by else None,
         "suspended_at": iso(inst.suspended_at) if inst.suspended_at else None,
     }
 
@@ -240,6 +240,17 @@ def repository(
         if parent is not None:  # GitHub's full repository of a fork names where it came from
             out["parent"] = repository(base, state, parent)
             out["source"] = repository(base, state, source)
+    return out
+
+
+def webhook_repository(base: str, state: State, repo: Repo) -> JSONObject:
+    """A repository as webhooks carry it: the REST form plus ``custom_properties`` (``{}`` unless set).
+
+    The webhook schemas want it on every full repository object: the top-level
+    ``repository``, a pull request's ``base.repo`` and ``head.repo``, a fork's ``forkee``.
+    """
+    out = repository(base, state, repo)
+    out["custom_properties"] = dict(repo.custom_properties)
     return out
 
 

@@ -207,7 +207,14 @@ def pull_request(
         "comments": sum(
             1 for c in state.comments.values() if c.repo == repo.full_name and c.issue_number == pull.number
         ),
-        "review_comments": 0,
+        "review_comments": sum(
+            1
+            for c in state.review_comments.values()
+            if c.repo == repo.full_name
+            and c.number == pull.number
+            and (rv := state.reviews.get(c.review_id)) is not None
+            and rv.state != "PENDING"
+        ),
         "maintainer_can_modify": pull.maintainer_can_modify,
         "commits": commits,
         "additions": additions,

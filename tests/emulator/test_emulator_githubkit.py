@@ -146,3 +146,43 @@ def test_branch_parses_with_githubkit_and_tracks_the_head(world: World) -> None:
         f"{world.url}/repos/{OWNER}/{REPO}/branches/nope", headers={"Authorization": f"token {world.token()}"}
     )
     assert missing.status_code == 404
+
+
+def test_reviews_and_review_comments_parse(world: World) -> None:
+    world.post(
+        f"/repos/{OWNER}/{REPO}/commits", {"branch": "agent/2", "files": {"src/new.py": "x = 1\ny = 2\n"}}
+    )
+    world.post(f"/repos/{OWNER}/{REPO}/pulls", {"title": "Agent PR", "user": "wes", "head": "agent/2"})
+    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
+    review = gh.rest.pulls.create_review(
+        OWNER,
+        REPO,
+        1,
+        event="COMMENT",
+        body="Two notes",
+        comments=[{"path": "src/new.py", "line": 2, "body": "y?"}],
+    ).parsed_data
+    assert (review.state, review.body) == ("COMMENTED", "Two notes")
+    assert [r.id for r in gh.rest.pulls.list_reviews(OWNER, REPO, 1).parsed_data] == [review.id]
+    assert gh.rest.pulls.get_review(OWNER, REPO, 1, review.id).parsed_data.commit_id == review.commit_id
+    (of_review,) = gh.rest.pulls.list_comments_for_review(OWNER, REPO, 1, review.id).parsed_data
+    (listed,) = gh.rest.pulls.list_review_comments(OWNER, REPO, 1).parsed_data
+    assert of_review.id == listed.id
+    assert (listed.path, listed.line, listed.side) == ("src/new.py", 2, "RIGHT")
+    reply = gh.rest.pulls.create_reply_for_review_comment(
+        OWNER, REPO, 1, listed.id, body="Because."
+    ).parsed_data
+    assert reply.in_reply_to_id == listed.id
+    assert reply.user is not None
+    assert reply.user.login == "baton-test[bot]"
+    single = gh.rest.pulls.create_review_comment(
+        OWNER, REPO, 1, body="x", commit_id=review.commit_id, path="src/new.py", line=1
+    ).parsed_data
+    assert gh.rest.pulls.get_review_comment(OWNER, REPO, single.id).parsed_data.body == "x"
+    edited = gh.rest.pulls.update_review_comment(OWNER, REPO, single.id, body="x, edited").parsed_data
+    assert edited.body == "x, edited"
+    with pytest.raises(RequestFailed) as off_diff:
+        gh.rest.pulls.create_review_comment(
+            OWNER, REPO, 1, body="x", commit_id=review.commit_id, path="README.md", line=1
+        )
+    assert off_diff.value.response.status_code == 422

@@ -156,10 +156,12 @@ def test_emitted_payloads_parse_with_githubkits_webhook_models(hooked: World, re
     hooked.post(f"/repos/{OWNER}/{REPO}/pulls", {"title": "x", "user": "wes", "head": "b"})
     with hooked.api(hooked.token()) as api:
         run = api.post(
-            f"/repos/{OWNER}/{REPO}/check-runs", json={"name": "g", "head_sha": hooked.head_sha}
-        ).json()
-    hooked.post(f"/check-runs/{run['id']}/rerequest", {"sender": "maria"})
-    items = receiver.wait_for(6)
+            f"/repos/{OWNER}/{REPO}/check-runs",
+            json={"name": "g", "head_sha": hooked.head_sha, "conclusion": "success",
+                  "output": {"title": "t", "summary": "s"}},
+        ).json()  # fmt: skip
+    hooked.post(f"/check-runs/{run['id']}/rerequest", {"sender": "maria"})  # only a finished run
+    items = receiver.wait_for(7)
     events = [(i.headers["x-github-event"], i.body["action"]) for i in items]
     assert events == [
         ("issues", "opened"),
@@ -167,6 +169,7 @@ def test_emitted_payloads_parse_with_githubkits_webhook_models(hooked: World, re
         ("issue_comment", "created"),
         ("pull_request", "opened"),
         ("check_run", "created"),
+        ("check_run", "completed"),
         ("check_run", "rerequested"),
     ]
     for item in items:
