@@ -25,7 +25,7 @@ OWNER = "acme"
 REPO = f"{OWNER}/widgets"
 PERMISSIONS = {"metadata": "read", "contents": "write", "issues": "write", "pull_requests": "write",
                "checks": "write"}  # fmt: skip
-EVENTS = ["issues", "issue_comment", "pull_request", "check_run", "check_suite"]
+EVENTS = ["issues", "issue_comment", "pull_request", "pull_request_review", "check_run", "check_suite"]
 ORG_REPO_CASES = ("public", "absent", "excluded")
 PEOPLE = {"ada": "admin", "maria": "maintain", "wes": "write", "tia": "triage", "rita": "read"}
 
