@@ -218,7 +218,8 @@ def test_github_permissions_and_events_against_the_manifest() -> None:
     check = judge.github_permissions(judge.GitHubFacts("u", app=narrow), MANIFEST, None)
     assert check.status is FAIL
     assert "checks: write (has read)" in check.detail
-    assert "missing events issue_comment, pull_request, pull_request_review, check_run, check_suite" in check.detail
+    missing = "missing events issue_comment, pull_request, pull_request_review, check_run, check_suite"
+    assert missing in check.detail
     wide = {**APP, "permissions": {**world.PERMISSIONS, "administration": "write"}}
     extra = judge.github_permissions(judge.GitHubFacts("u", app=wide), MANIFEST, None)
     assert (extra.status, "administration: write" in extra.detail) == (WARN, True)
@@ -621,7 +622,8 @@ def test_doctor_fails_a_careless_redis_and_a_narrow_app_as_a_real_process(
     assert permissions.startswith("FAIL")
     assert "checks: write (has read)" in permissions
     assert "contents: write" in permissions
-    assert "missing events issue_comment, pull_request, pull_request_review, check_run, check_suite" in permissions
+    missing = "missing events issue_comment, pull_request, pull_request_review, check_run, check_suite"
+    assert missing in permissions
     assert _line(lines, "github installations").startswith(
         "warn  github installations: the App is installed nowhere"
     )
