@@ -783,7 +783,9 @@ def test_a_configuration_that_does_not_load_skips_what_depends_on_it(tmp_path: P
 
 def test_the_replicas_baton_waits_for_are_checked_with_a_write(tmp_path: Path) -> None:
     with topology(tmp_path / "redis", replicas=1, sentinels=1) as topo:
-        asks = {"REDIS_URL": topo.url, "BATON_REDIS_TIMEOUT": "0.5"}
+        # Time enough for a loaded machine's replica to acknowledge (0.5 s left 0.25 s for WAIT: too
+        # little under CI's load); only the too-many case waits it out.
+        asks = {"REDIS_URL": topo.url, "BATON_REDIS_TIMEOUT": "3"}
         facts = doctor.gather_redis(settings.load({**asks, "BATON_REDIS_REPLICAS": "1"}))
         check = judge.redis_replication(facts)
         assert check.status is OK, check.line()
