@@ -132,6 +132,10 @@ class Task:
     schema: int = SCHEMA_VERSION
     #: ``Kind.ITERATE`` from a submitted review: its id (its line comments are read from GitHub).
     review_id: int | None = None
+    #: An iteration's run (``Kind.ITERATE`` once admitted): the pull request it works on, while
+    #: ``number`` is then the issue whose branch that pull request is (its lock, its branch). Set by
+    #: the worker, never by routing: routing's ITERATE task names the pull request as ``number``.
+    pull_request: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baton import codes
+from baton.calls import COMMAND_PREFIX, mentioned
 from baton.errors import BatonError
 from baton.tasks import (
     AGENT_NAME_PATTERN,
@@ -33,7 +34,6 @@ from baton.tasks import (
 )
 
 AGENT_LABEL_PREFIX = "agent:"
-COMMAND_PREFIX = "/baton "
 #: An agent name Baton will act on (and ever quote back): the policy's own pattern. Anything else
 #: in a label or a `/baton run` is not a request to Baton, so it is ignored, not answered.
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
@@ -200,20 +200,6 @@ def parse_command(body: str) -> Command | None:
             return None  # not an agent name: not a request Baton answers
         return Command("run", agent=args[0], offline="--offline" in flags)
     return Command("invalid", error=usage)
-
-
-def mentioned(body: str, slug: str | None) -> str | None:
-    """The instruction after `@<slug> ` at the start of the comment, or None. A quoted line ("> @...")
-    or a mention further in is not a call; neither is a mention with nothing asked."""
-    if not slug:
-        return None
-    head = f"@{slug}"
-    if body[: len(head)].lower() != head.lower():
-        return None
-    rest = body[len(head) :]
-    if rest[:1] not in (" ", "\t", "\n", "\r"):
-        return None  # `@baton-acme2`: another account
-    return rest.strip() or None
 
 
 def _comment_created(payload: Payload, me: Me) -> Routed | Ignored:

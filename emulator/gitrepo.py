@@ -388,11 +388,13 @@ class GitRepo:
         message: str,
         *,
         base: str | None = None,
+        author: tuple[str, str] | None = None,
     ) -> str:
         """Commit ``files`` (path → text, None deletes) onto ``branch``; returns the sha.
 
         Uses a throw-away index, so no work tree is needed. ``base`` (a ref)
-        seeds a new branch; an existing branch builds on its own tip.
+        seeds a new branch; an existing branch builds on its own tip. ``author`` (name, email)
+        authors and commits it, as a person's own push would be (else the emulator's identity).
         """
         parent = self.branch_sha(branch)
         if parent is None and base is not None:
@@ -411,6 +413,16 @@ class GitRepo:
             self._git("update-index", "--index-info", stdin="\n".join(lines).encode() + b"\n", env=env)
             tree = self._git("write-tree", env=env).decode().strip()
         parents = ["-p", parent] if parent is not None else []
-        commit = self._git("commit-tree", tree, *parents, "-m", message).decode().strip()
+        who = (
+            {}
+            if author is None
+            else {
+                "GIT_AUTHOR_NAME": author[0],
+                "GIT_AUTHOR_EMAIL": author[1],
+                "GIT_COMMITTER_NAME": author[0],
+                "GIT_COMMITTER_EMAIL": author[1],
+            }
+        )
+        commit = self._git("commit-tree", tree, *parents, "-m", message, env=who).decode().strip()
         self._git("update-ref", f"refs/heads/{branch}", commit)
         return commit

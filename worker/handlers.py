@@ -19,6 +19,7 @@ where ``worker.runs.execute`` runs it):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -43,8 +44,9 @@ from worker.lifecycle import State
 from worker.messages import inert
 from worker.policy import Decision, Policy, TaskFacts, UnknownAgent, decide, explain
 from worker.result import Decided, Handler, HandOff, Result
-from worker.runs import admit, report
+from worker.runs import admit, iteration, report
 from worker.runs import cancel as stopping
+from worker.runs.identity import bot_identity
 from worker.status import Status
 from worker.trigger import NOT_LOOKED_UP, authorised, permission, unauthorised, where
 
@@ -101,9 +103,18 @@ def agent_run(
     repo, _ = where(task)
     last_run = orjson.dumps({"agent": agent, "offline": offline})  # what `/baton retry` repeats
     ctx.redis.set(f"{LAST_RUN_PREFIX}{repo.id}:{task.number}", last_run, ex=EVIDENCE_TTL_S)
-    context = _context_lines(loaded)
-    notices = loaded.notices
+    return _gate(ctx, task, agent, offline=offline, loaded=loaded)
 
+
+def _gate(
+    ctx: Context, task: Task, agent: str, *, offline: bool, loaded: config.LoadedPolicy,
+    run: Task | None = None, context: Sequence[str] = (),
+) -> Decided:  # fmt: skip
+    """Steps 4 to 6 for an authorised sender: the trifecta gate, the decision recorded and explained,
+    then admission of ``run`` (the task the run job runs; None: ``task`` itself)."""
+    policy = loaded.merged.policy
+    context = [*context, *_context_lines(loaded)]
+    notices = loaded.notices
     try:
         facts = TaskFacts(agent=agent, repo_private=loaded.repo.private, offline=offline,
                           network_cutoff=ctx.network_cutoff, seccomp=ctx.seccomp)  # fmt: skip
@@ -128,7 +139,7 @@ def agent_run(
                         "gate).",
                         "Or narrow the agent in `.github/baton.yml` as suggested above."),
         ), fields=fields)  # fmt: skip
-    return _reserve(ctx, task, agent, offline=offline, policy=policy, fields=fields, notices=notices,
+    return _reserve(ctx, run or task, agent, offline=offline, policy=policy, fields=fields, notices=notices,
                     context=[inert(explain(decision).splitlines()[0], 200), *context])  # fmt: skip
 
 
@@ -147,7 +158,7 @@ def _reserve(
                       report.over_budget(task.id, agent, verdict.lines()), fields=fields)  # fmt: skip
     fields = {**fields, admit.AGENT: agent, admit.OFFLINE: "1" if offline else "0"}
     queued = report.queued(task.id, agent, offline=offline, context=context, notices=notices)
-    return HandOff("admitted", queued, fields=fields)
+    return HandOff("admitted", queued, fields=fields, task=task)
 
 
 def _digest(decision: Decision) -> str:
@@ -168,6 +179,56 @@ def _record_decision(ctx: Context, task: Task, decision: Decision, loaded: confi
     replay.remember_policy(ctx.redis, loaded.merged.policy)
     audit.note(ctx.redis, task.installation_id, task.id, "decided", allowed=decision.allowed,
                decision_sha256=_digest(decision), policy_sha256=decision.policy_sha256)  # fmt: skip
+
+
+# -- a follow-up on Baton's pull request -------------------------------------------------------------
+
+
+def iterate(ctx: Context, task: Task) -> Decided:
+    """`/baton <instruction>` on a pull request, or a review calling Baton: the issue's agent again, on
+    the pull request's head (``worker.runs.execute`` with ``Task.pull_request``).
+
+    Steps 1 to 3 as for every trigger, and silence for a sender they refuse (a reader's mention gets
+    nothing). Then, read fresh: the pull request is Baton's (``iteration.baton_pull``), open, and a
+    review really calls Baton (its body or a line comment; a review that does not is no request).
+    The gate and admission are the label's, for the issue whose branch the pull request is: the run
+    holds that issue's lock, so it never runs beside the issue's own run."""
+    who = authorised(ctx, task, NOT_LOOKED_UP, tell_policy=False, tell_refusal=False)
+    if isinstance(who, Result):
+        return who
+    repo, installation = where(task)
+    if task.number is None:
+        raise BatonError("no-issue", "an iteration needs a pull request")
+    gh = ctx.need_github().for_repository(installation, repo.full_name, "conversation")
+    bot = bot_identity(ctx, task)[0]
+    if task.review_id is not None:
+        review = iteration.read_review(gh, repo.full_name, task.number, task.review_id)
+        if not review.calls(bot.removesuffix("[bot]")):
+            return Result(State.DONE, f"review {task.review_id} does not call Baton")
+    pull = iteration.baton_pull(iteration.read_pull(gh, repo.full_name, task.number), repo_id=repo.id,
+                                bot_login=bot)  # fmt: skip
+    if isinstance(pull, str):
+        return _answer(task, f"Baton follows up only on pull requests it opened; this one is not: {pull}.")
+    if not pull.open:
+        return _answer(task, "this pull request is closed; reopen it to ask for more.")
+    raw = ctx.redis.get(f"{LAST_RUN_PREFIX}{repo.id}:{pull.issue}")
+    if raw is None:
+        return _answer(task, "Baton has no record of the agent that made this pull request; label "
+                             f"#{pull.issue} `agent:<name>` to run one again.")  # fmt: skip
+    last = orjson.loads(raw)
+    run = dataclasses.replace(task, number=pull.issue, pull_request=pull.number)
+    lifecycle.annotate(ctx.redis, task.id, **{admit.ISSUE: str(pull.issue)})  # what ending the task frees
+    asked = "review" if task.review_id is not None else "comment"
+    context = [f"A follow-up on pull request #{pull.number} for #{pull.issue}, from "
+               f"{inert(task.sender.login)}'s {asked}."]  # fmt: skip
+    return _gate(ctx, task, str(last["agent"]), offline=bool(last["offline"]), loaded=who.loaded, run=run,
+                 context=context)  # fmt: skip
+
+
+def _answer(task: Task, message: str) -> Result:
+    """A short answer on the pull request to someone allowed to call Baton there."""
+    answer = Status(State.DONE, task.id, None, f"Baton did not act on that: {message}")
+    return Result(State.DONE, f"iteration answered: {message}", answer)
 
 
 # -- commands, cancel -----------------------------------------------------------------------------
@@ -310,4 +371,5 @@ HANDLERS: dict[Kind, Handler] = {
     Kind.GATE_RERUN: merge_gate,
     Kind.CHECK_ACTION: check_action,
     Kind.INSTALLATION_SYNC: installation_sync,
+    Kind.ITERATE: iterate,
 }

@@ -249,14 +249,15 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
 
 def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> JobReturn:
     """An admitted run: to the agents queue, then ``queued`` on the issue."""
+    run = result.task or task  # what the run job runs: an iteration's names its issue and pull request
     try:
-        job = admit.hand_off(ctx, task, result.detail, attempt=1, holder=holder, **result.fields)
+        job = admit.hand_off(ctx, run, result.detail, attempt=1, holder=holder, **result.fields)
     except lifecycle.IllegalMove:
         if lifecycle.current(ctx.redis, task.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
-            admit.release(ctx, task, started=None)  # the lock is not needed any more
+            admit.release(ctx, run, started=None)  # the lock is not needed any more
         # Otherwise the task is another job's now (this one's lease was lost): so are its lock and slots.
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
-    status_now(ctx, task, result.status)
+    status_now(ctx, run, result.status)
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
     return _returned(task, State.QUEUED, result.detail)
 
@@ -279,10 +280,19 @@ def _commit(
     finally:
         # After the final status is written, so no newer run can be admitted in between and take
         # the comment over before this run's outcome is on it.
-        if task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None and task.repository:
+        if task.kind in admit.RUN_KINDS and task.number is not None and task.repository:
             fields = result.fields
-            admit.release(ctx, task, started=fields.get("run_started_at"),
+            admit.release(ctx, _run_task(ctx, task), started=fields.get("run_started_at"),
                           agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
+
+
+def _run_task(ctx: Context, task: Task) -> Task:
+    """The task whose lock and slots ``task``'s end frees: an iteration's control task admitted its
+    issue's run (``admit.ISSUE``), whose lock a failure before the hand-off must not leave held."""
+    issue = lifecycle.field(ctx.redis, task.id, admit.ISSUE)
+    if task.pull_request is None and issue is not None and issue.isdigit() and int(issue) != task.number:
+        return dataclasses.replace(task, number=int(issue), pull_request=task.number)
+    return task
 
 
 def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
@@ -292,7 +302,7 @@ def publication_for(ctx: Context, task: Task, result: Result) -> Publication | N
         return None
     comment = render(result.status) if result.status is not None and task.number is not None else None
     pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
-                      task.number, comment, result.check_runs)  # fmt: skip
+                      task.number, comment, result.check_runs, task.pull_request, result.replies)  # fmt: skip
     return None if pub.empty else pub
 
 

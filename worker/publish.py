@@ -26,6 +26,7 @@ comment over: the run's later states, though older by arrival, still replace the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import secrets
@@ -93,6 +94,19 @@ class CheckRunEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """Baton's answer in one review thread of pull request ``Publication.pull_request``: posted once
+    (its body ends with ``REPLY_MARKER`` for the task, which a retried publication looks for)."""
+
+    comment_id: int  # the thread's first comment (GitHub answers a reply to a reply with 422)
+    body: str
+
+
+#: The hidden last line of a reply: which task made it.
+REPLY_MARKER = "<!-- baton:reply {task_id} -->"
+
+
+@dataclass(frozen=True, slots=True)
 class Publication:
     task_id: str
     received_at: str
@@ -102,6 +116,10 @@ class Publication:
     number: int | None = None
     comment: str | None = None  # the rendered status comment for issue ``number``
     check_runs: Sequence[CheckRunEnd] = field(default_factory=tuple)
+    #: A follow-up's pull request: its status comment says the same as the issue's, and its review
+    #: threads get ``replies``.
+    pull_request: int | None = None
+    replies: Sequence[Reply] = field(default_factory=tuple)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -110,11 +128,12 @@ class Publication:
     def from_json(cls, raw: bytes | str) -> Publication:
         data: dict[str, Any] = orjson.loads(raw)
         runs = tuple(CheckRunEnd(**r) for r in data.pop("check_runs", ()))
-        return cls(**data, check_runs=runs)
+        replies = tuple(Reply(**r) for r in data.pop("replies", ()))
+        return cls(**data, check_runs=runs, replies=replies)
 
     @property
     def empty(self) -> bool:
-        return self.comment is None and not self.check_runs
+        return self.comment is None and not self.check_runs and not self.replies
 
 
 def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | None) -> str:
@@ -140,7 +159,48 @@ def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | 
     if pub.comment is not None and pub.number is not None:
         gh = app.for_repository(pub.installation_id, pub.full_name, "report")
         done.append(write_status(gh, cache, pub, app_id))
+        if pub.pull_request is not None:
+            done.append(write_status(gh, cache, dataclasses.replace(pub, number=pub.pull_request), app_id))
+    if pub.replies and pub.pull_request is not None:
+        gh = app.for_repository(pub.installation_id, pub.full_name, "reply")
+        done.append(post_replies(gh, pub, app_id))
     return "; ".join(done) or "nothing to publish"
+
+
+def post_replies(gh: GitHub[Any], pub: Publication, app_id: int | None) -> str:
+    """Each of ``pub``'s replies in its review thread, unless the thread holds it already: one of
+    Baton's comments replying there with this task's marker. A thread GitHub no longer has (404) or
+    refuses a reply to (422) is skipped: asking again would never land it."""
+    marker = REPLY_MARKER.format(task_id=pub.task_id)
+    path = f"{api.repo_path(pub.full_name)}/pulls/{pub.pull_request}/comments"
+    answered = {
+        int(c["in_reply_to_id"])
+        for c in api.list_pages(gh, path)
+        if c.get("in_reply_to_id") and marker in str(c.get("body") or "") and _by_app(c, app_id)
+    }
+    posted = skipped = 0
+    for reply in pub.replies:
+        if reply.comment_id in answered:
+            continue
+        try:
+            api.request(gh, "POST", f"{path}/{reply.comment_id}/replies", json={"body": reply.body})
+        except GitHubError as exc:
+            if exc.status not in (404, 422):
+                raise
+            skipped += 1
+            log.warning("review thread refused a reply", extra={"task": pub.task_id,
+                        "comment": reply.comment_id, "status": exc.status})  # fmt: skip
+            continue
+        answered.add(reply.comment_id)
+        posted += 1
+    return f"{posted} repl{'y' if posted == 1 else 'ies'} in review threads" + (
+        f" ({skipped} thread(s) gone)" if skipped else ""
+    )
+
+
+def _by_app(comment: dict[str, Any], app_id: int | None) -> bool:
+    via = comment.get("performed_via_github_app")
+    return isinstance(via, dict) and via.get("id") == app_id
 
 
 def _find(gh: GitHub[Any], pub: Publication, run: CheckRunEnd) -> int | None:
@@ -278,7 +338,11 @@ def status_now(ctx: Context, task: Task, status: Status) -> str | None:
                       task.repository.id, task.number, render(status))  # fmt: skip
     gh = ctx.github.for_repository(task.installation_id, task.repository.full_name, "report")
     try:
-        return write_status(gh, ctx.redis, pub, ctx.app_id)
+        done = write_status(gh, ctx.redis, pub, ctx.app_id)
+        if task.pull_request is not None:  # a follow-up: said where it was asked for too
+            pr = dataclasses.replace(pub, number=task.pull_request)
+            done += "; " + write_status(gh, ctx.redis, pr, ctx.app_id)
+        return done
     except BatonError as exc:
         log.warning("status not written now", extra={"task": task.id, "state": str(status.state),
                                                      "error": exc.code})  # fmt: skip

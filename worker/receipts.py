@@ -245,9 +245,11 @@ def trifecta(
     issue_digest: str,
     decision: Mapping[str, Any],
     decision_json: bytes,
+    follow_up: Sequence[Mapping[str, object]] = (),
 ) -> dict[str, object]:
     """The gate's decision with its inputs: each input by digest with its taint, the decision's
-    own canonical data (its reasons' text is signed), and the digest that replay compares."""
+    own canonical data (its reasons' text is signed), and the digest that replay compares.
+    ``follow_up``: what was asked on the pull request (``Conversation.inputs``), untrusted too."""
     return {
         "batonVersion": baton_version(),
         "task": task_id,
@@ -255,6 +257,7 @@ def trifecta(
         "issue": number,
         "inputs": [
             {"name": f"issue #{number}", "digest": {"sha256": issue_digest}, "taint": ["untrustedInput"]},
+            *(dict(i) for i in follow_up[:MAX_ITEMS]),
             {"name": full_name, "digest": {"gitCommit": base}, "taint": ["privateData"] if private else []},
             {"name": "policy", "digest": {"sha256": str(decision.get("policy_sha256", ""))}, "taint": []},
         ],
@@ -316,6 +319,33 @@ def agent_run(
         "costUsd": record.cost_usd,
         "model": model_summary(record.model),
         "startedAt": _rfc3339(record.started_at),
+        **({"followUp": follow_up_summary(record)} if record.follow_up else {}),
+    }
+
+
+def follow_up_summary(record: Record) -> dict[str, object]:
+    """A follow-up's pull request, what was asked there (by digest: it is untrusted text) and the
+    commits it built on that Baton did not make, with their authors' permission at the time."""
+    follow = record.follow_up or {}
+    comments = list(follow.get("comments") or ())
+    return {
+        "pullRequest": follow.get("pull_request"),
+        "askedBy": _cut(follow.get("asked_by")),
+        "reviewId": follow.get("review_id"),
+        "instructionSha256": _sha(str(follow["instruction"]).encode()) if follow.get("instruction") else None,
+        "lineComments": [
+            {
+                "id": c.get("id"),
+                "path": _cut(c.get("path"), 200),
+                "line": c.get("line"),
+                "sha256": _sha(str(c.get("body") or "").encode()),
+            }
+            for c in comments[:MAX_ITEMS]
+        ],
+        "builtOn": [
+            {"commit": c.get("sha"), "author": _cut(c.get("author")), "permission": c.get("permission")}
+            for c in list(record.built_on)[:MAX_ITEMS]
+        ],
     }
 
 

@@ -15,7 +15,7 @@ from baton.tasks import Kind, Task
 from worker.context import Context
 from worker.lifecycle import State
 from worker.messages import failure
-from worker.publish import CheckRunEnd
+from worker.publish import CheckRunEnd, Reply
 from worker.status import Status
 
 
@@ -26,6 +26,8 @@ class Result:
     status: Status | None = None  # the issue's status comment, when the task has an issue
     check_runs: tuple[CheckRunEnd, ...] = ()
     fields: dict[str, str] = field(default_factory=dict)
+    #: A follow-up's answers in the review threads it was asked in (``Task.pull_request``).
+    replies: tuple[Reply, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class HandOff:
     detail: str
     status: Status
     fields: dict[str, str] = field(default_factory=dict)
+    #: The task the run job runs; None: the handler's (an iteration's names its issue and pull request).
+    task: Task | None = None
 
 
 #: What a handler decides: how the task ends, or that it goes on in the agents queue.
@@ -59,7 +63,7 @@ def failed(
     """
     state = State.TIMED_OUT if exc.code == "timed-out" else State.FAILED
     status = None
-    if speak and task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None:
+    if speak and task.kind in (Kind.AGENT_RUN, Kind.COMMAND, Kind.ITERATE) and task.number is not None:
         status = Status(state, task.id, task.agent, failure(exc.code), details=(f"error code `{exc.code}`",),
                         next_steps=("Comment `/baton retry` once the cause is fixed.",))  # fmt: skip
     title = "Baton timed out" if state is State.TIMED_OUT else "Baton could not finish"

@@ -148,7 +148,11 @@ class ChangesAdmin(AdminBase):
         if pull.head_ref not in before:
             raise AdminError(422, f"the head branch {pull.head_ref} no longer exists")
         message = str(body.get("message") or f"Update {', '.join(sorted(files))}")
-        sha = git.commit_files(pull.head_ref, files, message)
+        person = self.emu.state.user(sender)
+        email = (person.email if person is not None and person.email else None) or (
+            f"{person.id}+{sender}@users.noreply.github.com" if person is not None else f"{sender}@localhost"
+        )
+        sha = git.commit_files(pull.head_ref, files, message, author=(sender, email))  # the pusher's own
         pending = push_events(
             self.emu, base, head_repo, before=before, after=git.branches(), sender=sender, acting=None
         )

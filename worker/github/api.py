@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,20 +154,22 @@ def read_file(gh: GitHub[Any], full_name: str, path: str, ref: str) -> bytes | N
 # -- the status comment ------------------------------------------------------------------------
 
 
+def list_pages(gh: GitHub[Any], path: str, *, pages: int = MAX_COMMENT_PAGES) -> Iterator[dict[str, Any]]:
+    """The objects of a listing ``path``, 100 a page (GitHub's most), for at most ``pages`` pages."""
+    for page in range(1, pages + 1):
+        items = request(gh, "GET", path, params={"per_page": 100, "page": page})
+        if not isinstance(items, list):
+            return
+        yield from (item for item in items if isinstance(item, dict))
+        if len(items) < 100:
+            return
+
+
 def find_comment(
     gh: GitHub[Any], full_name: str, number: int, match: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any] | None:
     path = f"{repo_path(full_name)}/issues/{number}/comments"
-    for page in range(1, MAX_COMMENT_PAGES + 1):
-        comments = request(gh, "GET", path, params={"per_page": 100, "page": page})
-        if not isinstance(comments, list):
-            return None
-        for comment in comments:
-            if isinstance(comment, dict) and match(comment):
-                return comment
-        if len(comments) < 100:
-            return None
-    return None
+    return next((comment for comment in list_pages(gh, path) if match(comment)), None)
 
 
 def upsert_comment(

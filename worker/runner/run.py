@@ -62,11 +62,14 @@ COMMIT_AUTHOR = ("Baton", "baton@users.noreply.github.com")
 
 @dataclass(frozen=True)
 class Issue:
-    """The issue as untrusted text: it only ever reaches the agent, inside the prompt's data blocks."""
+    """The issue as untrusted text: it only ever reaches the agent, inside the prompt's data blocks.
+    With ``instruction`` or ``notes`` the run is a follow-up on the pull request made for it."""
 
     title: str
     body: str
     comments: Sequence[str] = ()
+    instruction: str | None = None
+    notes: Sequence[prompt.Note] = ()
 
 
 @dataclass(frozen=True)
@@ -278,7 +281,9 @@ def _run_boxed(
     workspace, home = scratch / "workspace", scratch / "home"
     _export(request.repo, request.base, workspace)
     (home / ".baton").mkdir(parents=True)
-    text = prompt.render(title=request.issue.title, body=request.issue.body, comments=request.issue.comments)
+    issue = request.issue
+    text = prompt.render(title=issue.title, body=issue.body, comments=issue.comments,
+                         instruction=issue.instruction, notes=issue.notes)  # fmt: skip
     (home / ".baton" / "prompt.md").write_text(text)
     record.prompt_version = prompt.PROMPT_VERSION
     capped = threading.Event()

@@ -7,7 +7,8 @@ working directory, and must therefore import nothing but the standard library::
     python3 script_agent.py --version
 
 RECIPE_PATH is either a JSON recipe, or any text (such as Baton's prompt file)
-holding one in a fenced block; the first such block is used::
+holding one in a fenced block; the last such block is used (the newest request: a
+follow-up on a pull request comes after the issue in the prompt)::
 
     ```baton-recipe
     {"steps": [{"op": "write", "path": "hello.txt", "content": "hi\\n"}]}
@@ -71,7 +72,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-VERSION = "1.1"
+VERSION = "1.2"  # 1.2: the last recipe block, not the first
 MAX_RECIPE_BYTES = 1 << 20
 MAX_STEPS = 10_000
 MAX_SLEEP_S = 3600
@@ -95,7 +96,7 @@ class Stop(Exception):
 
 
 def load_recipe(path: str) -> dict[str, Any]:
-    """The recipe in ``path`` (JSON, or the first fenced ``baton-recipe`` block in text)."""
+    """The recipe in ``path`` (JSON, or the last fenced ``baton-recipe`` block in text)."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_RECIPE_BYTES + 1)
@@ -105,9 +106,9 @@ def load_recipe(path: str) -> dict[str, Any]:
         raise StepError(f"{path} is over {MAX_RECIPE_BYTES} bytes")
     text = raw.decode("utf-8", errors="replace")
     candidates = [text]
-    match = FENCE.search(text)
-    if match is not None:
-        candidates.insert(0, match.group(1))
+    blocks = FENCE.findall(text)
+    if blocks:
+        candidates.insert(0, blocks[-1])
     for candidate in candidates:
         try:
             data = json.loads(candidate)

@@ -26,7 +26,7 @@ from rq.serializers import JSONSerializer
 
 from baton import keys, queues, records
 from baton.errors import BatonError
-from baton.tasks import Task
+from baton.tasks import Kind, Task
 from worker import clock, lifecycle
 from worker.context import Context
 from worker.lifecycle import State
@@ -41,6 +41,11 @@ QUEUED_LOCK_S = 6 * 3600.0
 MAX_ATTEMPTS = 2
 #: Record fields of an admitted run: what the run job reads back.
 AGENT, OFFLINE, ATTEMPT, JOB = "run_agent", "run_offline", "run_attempt", "run_job"
+#: Set on an iteration's record before its admission: the issue whose lock and slots it takes (its
+#: own task names the pull request), so whatever ends the task frees those.
+ISSUE = "run_issue"
+#: The kinds of task that take an issue's run lock and slots, and free them as they end.
+RUN_KINDS = frozenset({Kind.AGENT_RUN, Kind.COMMAND, Kind.ITERATE})
 #: + task id -> the run's record (JSON): the evidence, a retry's memory of its push, provenance.
 RECORD_PREFIX = keys.RUN_RECORD_PREFIX
 

@@ -54,6 +54,18 @@ def request(client: redis.Redis, repo_id: int, number: int, cancel: Cancel) -> N
     client.register_script(_NEWER)(keys=[key(repo_id, number)], args=[data, TTL_S])
 
 
+def applies_to(
+    client: redis.Redis, repo_id: int, numbers: tuple[int | None, ...], received_at: str
+) -> Cancel | None:
+    """The first cancel that stops a run asked for at ``received_at`` under any of ``numbers`` (an
+    iteration's: its issue, and the pull request it works on)."""
+    for number in numbers:
+        found = applies(client, repo_id, number, received_at) if number is not None else None
+        if found is not None:
+            return found
+    return None
+
+
 def applies(client: redis.Redis, repo_id: int, number: int, received_at: str) -> Cancel | None:
     """The cancel that stops a run asked for at ``received_at``, if there is one."""
     raw = client.get(key(repo_id, number))

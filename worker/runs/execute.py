@@ -18,6 +18,13 @@ Steps, each on fresh state:
 
 A retry of a task whose worker died after its push finds its own commit on the branch
 (by the trailer) and goes straight to step 6, so a crash never makes a second PR.
+
+A follow-up on the pull request (``Task.pull_request``: an iteration) differs in three places:
+the pull request is read again first (still Baton's, still open, and a review's line comments as
+they are now: ``worker.runs.iteration``); the agent starts on the branch's tip, not the default
+branch, and its commit has that tip as its one parent; and a commit on the branch that Baton did
+not make is built on when GitHub ties it to an author holding ``trigger.min_permission`` (the run
+records who), else nothing is pushed.
 """
 
 from __future__ import annotations
@@ -26,17 +33,21 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
+from githubkit import GitHub
 
 from baton.errors import BatonError
-from baton.tasks import Outcome, Task
+from baton.tasks import Outcome, Sender, Task
 from worker import audit, lifecycle, replay, trigger
+from worker.authorize import authorize
 from worker.context import Context
 from worker.github import api
 from worker.github.client import GitHubError
 from worker.handlers import EVIDENCE_TTL_S
 from worker.lifecycle import State
+from worker.messages import inert
 from worker.policy import (
     MODEL_KEYS,
     Policy,
@@ -50,8 +61,9 @@ from worker.publish import status_now
 from worker.result import Result
 from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
-from worker.runs import admit, cancel, pull_request, report
+from worker.runs import admit, cancel, iteration, pull_request, report
 from worker.runs.identity import bot_identity
+from worker.runs.iteration import Conversation
 from worker.runs.mirror import Mirror, MirrorError, Remote
 from worker.runs.plan import Plan
 from worker.runs.record import Record, issue_digest
@@ -73,7 +85,7 @@ def run(ctx: Context, task: Task) -> Result:
         attempt=int(lifecycle.field(ctx.redis, task.id, admit.ATTEMPT) or 1),
         number=task.number,
     )
-    early = cancel.applies(ctx.redis, repo.id, task.number, task.received_at)
+    early = cancel.applies_to(ctx.redis, repo.id, (task.number, task.pull_request), task.received_at)
     if early is not None:
         record = Record(plan.agent, Outcome.CANCELLED, early.reason())
         return Result(
@@ -117,6 +129,11 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
     gh = app.for_repository(installation, repo.full_name, "pull-request")
     plan.issue = api.request(gh, "GET", f"{api.repo_path(repo.full_name)}/issues/{plan.number}")
     plan.clone_url = str(api.request(gh, "GET", api.repo_path(repo.full_name))["clone_url"])
+    if task.pull_request is not None:
+        asked = _follow_up(ctx, task, plan, gh, task.pull_request)
+        if isinstance(asked, Result):
+            return asked
+        plan.follow_up = asked
     # 4. the mirror, fetched; the agent runs unless an earlier attempt of this task already pushed
     mirror = Mirror(ctx.data_dir, repo.id)
     branch = report.branch_for(plan.number)
@@ -144,16 +161,23 @@ def _agent(
     """Step 4: the runner on a plain copy of the base. A Record with a commit to push, or how the
     run ended without one."""
     branch = report.branch_for(plan.number)
-    if tip is not None and (foreign := _foreign_commits(mirror.path, head.sha, tip)):
-        record = Record(
-            plan.agent,
-            Outcome.CONFLICT,
-            f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
-            f"(newest {foreign[0][:12]}), and Baton never pushes over them.",
-        )
+    if plan.follow_up is not None and tip is None:
+        record = Record(plan.agent, Outcome.CONFLICT, f"branch `{branch}` is gone, so there is nothing to "
+                                                      "follow up on")  # fmt: skip
         return _ended(ctx, task, plan, record)
-    parents = _parents(mirror.path, head.sha, tip)
-    request = _request(ctx, task, plan, policy, base=head.sha, private=head.private, repo_dir=mirror.path,
+    if tip is not None and (foreign := _foreign_commits(ctx, mirror.path, head.sha, tip)):
+        refused = (
+            _build_on(ctx, task, policy, foreign, plan)
+            if plan.follow_up is not None
+            else f"branch `{branch}` has {len(foreign)} commit(s) Baton did not make "
+            f"(newest {foreign[0][:12]}), and Baton never pushes over them."
+        )
+        if refused is not None:
+            return _ended(ctx, task, plan, Record(plan.agent, Outcome.CONFLICT, refused))
+    # A follow-up starts on the pull request's head; a run from the issue on today's default branch.
+    base = tip if plan.follow_up is not None and tip is not None else head.sha
+    parents = (base,) if base != head.sha else _parents(mirror.path, head.sha, tip)
+    request = _request(ctx, task, plan, policy, base=base, private=head.private, repo_dir=mirror.path,
                        parents=parents)  # fmt: skip
     try:
         run_record = runner.run(request, stop=supervisor.stop)
@@ -164,8 +188,10 @@ def _agent(
                exit_code=run_record.exit_code, violations=len(run_record.violations),
                commit=run_record.commit, decision_sha256=run_record.decision_sha256)  # fmt: skip
     # What the receipts name: the base, the issue text as the agent got it, the policy in force.
-    record = Record.of(run_record, explanation=_explain(ctx, policy, plan, head.private), base=head.sha,
+    record = Record.of(run_record, explanation=_explain(ctx, policy, plan, head.private), base=base,
                        issue_sha256=issue_digest(plan.issue))  # fmt: skip
+    if plan.follow_up is not None:
+        record = dataclasses.replace(record, follow_up=plan.follow_up.to_data(), built_on=plan.built_on)
     replay.remember_policy(ctx.redis, policy)
     if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
         record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
@@ -216,9 +242,10 @@ def _request(
 ) -> runner.RunRequest:
     title = str(plan.issue.get("title") or "")
     body = str(plan.issue.get("body") or "")
-    message = report.commit_message(
-        title=title, number=plan.number, task_id=task.id, agent=plan.agent, co_author=_co_author(ctx, task)
-    )
+    asked = plan.follow_up
+    message = report.commit_message(title=title, number=plan.number, task_id=task.id, agent=plan.agent,
+                                    co_author=_co_author(ctx, task),
+                                    follow_up=asked.pull_request if asked else None)  # fmt: skip
 
     def started(record: runner.RunRecord) -> None:
         """The agent was found and its version read: say "running" just before its box starts."""
@@ -233,7 +260,12 @@ def _request(
         agent=plan.agent,
         repo=repo_dir,
         base=base,
-        issue=runner.Issue(title, body),
+        issue=runner.Issue(
+            title,
+            body,
+            instruction=asked.instruction if asked else None,
+            notes=asked.notes() if asked else (),
+        ),
         policy=policy,
         repo_private=private,
         offline=plan.offline,
@@ -255,12 +287,15 @@ def _ended(ctx: Context, task: Task, plan: Plan, record: Record, agent_env: tupl
     """A run that opened no pull request. If its agent ran, what it did is signed all the same (an
     injected agent's refused model requests above all) and the receipt goes on the issue."""
     status = dataclasses.replace(report.ended(task.id, plan.agent, record, agent_env), notices=plan.notices)
+    if task.pull_request is not None:  # asked on the pull request: asked again there, not retried
+        status = dataclasses.replace(status, next_steps=(report.ASK_AGAIN,))
     if record.box and record.base:
         status = dataclasses.replace(
             status, receipt=pull_request.unpushed_receipt(ctx, task, plan, record).text()
         )
     fields = record.usage_fields()
-    return Result(status.state, f"{record.outcome}: {record.reason}", status, fields=fields)
+    replies = pull_request.answers(task, plan, record)
+    return Result(status.state, f"{record.outcome}: {record.reason}", status, fields=fields, replies=replies)
 
 
 # -- identities, secrets, the mirror ---------------------------------------------------------------
@@ -303,12 +338,82 @@ def _box_promise(ctx: Context) -> str:
     )
 
 
-def _foreign_commits(repo_dir: Path, base: str, tip: str) -> list[str]:
-    """Commits on the branch (not on the base) that Baton did not make (no ``Baton-Task`` trailer),
-    newest first."""
+def _foreign_commits(ctx: Context, repo_dir: Path, base: str, tip: str) -> list[str]:
+    """Commits on the branch (not on the base) that Baton did not make, newest first: no
+    ``Baton-Task`` trailer, or one naming a run whose record holds another commit (a trailer anyone
+    can write; the record only Baton)."""
     with inspect_git.session(repo_dir) as git:
         listed = inspect_git.commit_log(git, base, tip)
-    return [sha for sha, _, message in reversed(listed) if report.trailer(message) is None]
+
+    def ours(sha: str, message: str) -> bool:
+        task_id = report.trailer(message)
+        if task_id is None:
+            return False
+        recorded = _saved(ctx, task_id)
+        return recorded is not None and recorded.commit == sha
+
+    return [sha for sha, _, message in reversed(listed) if not ours(sha, message)]
+
+
+def _build_on(ctx: Context, task: Task, policy: Policy, foreign: list[str], plan: Plan) -> str | None:
+    """Whether a follow-up may build on commits Baton did not make: each must be tied by GitHub to
+    an author holding ``trigger.min_permission`` now (or a bot ``trigger.allow_bots`` names). None:
+    it may (``plan.built_on`` says who); else why not, naming the first commit refused."""
+    repo, installation = where(task)
+    gh = ctx.need_github().for_repository(installation, repo.full_name, "read")
+    rules = policy.trigger
+    built: list[dict[str, str]] = []
+    for sha in reversed(foreign):  # oldest first, as they were made
+        data = api.request(gh, "GET", f"{api.repo_path(repo.full_name)}/commits/{sha}")
+        author = data.get("author") if isinstance(data.get("author"), dict) else None
+        login = str(author.get("login") or "") if author else ""
+        if not login:
+            return (f"commit {sha[:12]} on the branch is tied by GitHub to no account, so Baton cannot tell "
+                    "whether its author may trigger it; it builds only on commits whose author holds "
+                    f"`{rules.min_permission}`. Nothing was pushed.")  # fmt: skip
+        sender = Sender(login, str(author.get("type") or "User")) if author else Sender(login, "User")
+        found = trigger.permission(ctx, dataclasses.replace(task, sender=sender))
+        verdict = authorize(sender, found, min_permission=rules.min_permission, allow_bots=rules.allow_bots)
+        if not verdict.allowed:
+            return (f"commit {sha[:12]} on the branch is by {inert(login)}, who may not trigger Baton here "
+                    f"({inert(verdict.code)}); Baton builds only on commits whose author holds "
+                    f"`{rules.min_permission}`. Nothing was pushed.")  # fmt: skip
+        held = found.permission if found is not None and found.permission else "bot"
+        built.append({"sha": sha, "author": login, "permission": held})
+    plan.built_on = tuple(built)
+    return None
+
+
+def _follow_up(ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], number: int) -> Conversation | Result:
+    """The pull request, read again as the run starts: still Baton's for this issue and open, and what
+    was asked on it (a review's line comments as they are now). Else how the run ends."""
+    repo, _ = where(task)
+    bot = bot_identity(ctx, task)[0]
+    pull = iteration.baton_pull(iteration.read_pull(gh, repo.full_name, number), repo_id=repo.id,
+                                bot_login=bot)  # fmt: skip
+    if isinstance(pull, str) or pull.issue != plan.number:
+        why = pull if isinstance(pull, str) else f"its branch is not #{plan.number}'s"
+        return _ended(
+            ctx,
+            task,
+            plan,
+            Record(
+                plan.agent, Outcome.CONFLICT, f"pull request #{number} is not Baton's for this issue: {why}"
+            ),
+        )
+    if not pull.open:
+        return _ended(
+            ctx,
+            task,
+            plan,
+            Record(
+                plan.agent, Outcome.CANCELLED, f"pull request #{number} was closed before the run started"
+            ),
+        )
+    if task.review_id is None:
+        return iteration.of_comment(number, task.sender.login, task.untrusted.instruction or "")
+    review = iteration.read_review(gh, repo.full_name, number, task.review_id)
+    return iteration.of_review(number, review, bot.removesuffix("[bot]"))
 
 
 def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import orjson
 from githubkit import GitHub
 
 from baton.errors import BatonError
-from baton.tasks import Task
+from baton.tasks import Outcome, Task
 from evidence import statement
 from worker import audit, receipts, replay
 from worker.context import Context
@@ -28,9 +28,10 @@ from worker.github.client import GitHubError
 from worker.github.limits import Output
 from worker.lifecycle import State
 from worker.policy import canonical_json
+from worker.publish import Reply
 from worker.result import Result
 from worker.runner import inspect_git
-from worker.runs import report
+from worker.runs import iteration, report
 from worker.runs.mirror import Mirror
 from worker.runs.plan import Plan
 from worker.runs.record import Record
@@ -45,7 +46,12 @@ def publish(
     explanation = record.explanation or _explanation(record)
     body = report.pr_body(number=plan.number, task_id=task.id, record=record, explanation=explanation)
     title = report.pr_title(str(plan.issue.get("title") or ""), plan.number)
-    pr, updated = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
+    if plan.follow_up is not None:  # that pull request, open or not: its branch holds the commit
+        path = f"{api.repo_path(repo.full_name)}/pulls/{plan.follow_up.pull_request}"
+        pr, updated = api.request(gh, "PATCH", path, json={"body": body}), True
+    else:
+        opened = open_or_update(gh, repo.full_name, head=branch, base=base_branch, title=title, body=body)
+        pr, updated = opened
     commit = str(record.commit)
     receipts_for = _receipts(ctx, task, plan, record)
     for name, (check_title, summary) in (
@@ -66,7 +72,19 @@ def publish(
         + (" (no change)" if unchanged else ""),
         dataclasses.replace(status, notices=plan.notices),
         fields=fields,
+        replies=answers(task, plan, record),
     )
+
+
+def answers(task: Task, plan: Plan, record: Record) -> tuple[Reply, ...]:
+    """A follow-up's replies in the review threads it was asked in: what its commit changed there, or
+    why nothing was pushed."""
+    if plan.follow_up is None:
+        return ()
+    changed = [str(c.get("path")) for c in record.changes]
+    why = record.reason.rstrip(".") + "." if record.reason else "the run ended without a commit."
+    return iteration.replies(plan.follow_up, task_id=task.id, commit=record.commit if record.outcome
+                             is Outcome.DONE else None, changed=changed, why_not=why)  # fmt: skip
 
 
 def _same_tree(repo_dir: Path, commit: str) -> bool:
@@ -119,6 +137,7 @@ def _receipts(ctx: Context, task: Task, plan: Plan, record: Record) -> Callable[
     subjects = [receipts.commit_subject(repo.full_name, commit),
                 receipts.diff_subject(repo.full_name, base, commit, digest)]  # fmt: skip
     decision = record.decision
+    asked = iteration.Conversation.from_data(record.follow_up).inputs() if record.follow_up else []
 
     def sign(name: str) -> receipts.Receipt:
         if name == report.TRIFECTA_CHECK:
@@ -127,7 +146,7 @@ def _receipts(ctx: Context, task: Task, plan: Plan, record: Record) -> Callable[
                 task_id=task.id, full_name=repo.full_name, number=plan.number, base=base,
                 private=bool((decision.get("facts") or {}).get("repo_private", True)),
                 issue_digest=record.issue_sha256, decision=decision,
-                decision_json=canonical_json(decision),
+                decision_json=canonical_json(decision), follow_up=asked,
             )  # fmt: skip
         else:
             kind = statement.AGENT_RUN

@@ -58,6 +58,12 @@ class Record:
     #: What the receipts name: the base the agent started on, the issue text as it got it.
     base: str = ""
     issue_sha256: str = ""
+    #: A follow-up on the pull request (``worker.runs.iteration.Conversation.to_data``): what was
+    #: asked there, by whom, and the line comments; None for a run from the issue.
+    follow_up: Mapping[str, Any] | None = None
+    #: Commits on the branch that Baton did not make and the run built on: ``{"sha", "author",
+    #: "permission"}``, each author holding the policy's ``trigger.min_permission`` when the run began.
+    built_on: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
     def of(cls, ran: runner.RunRecord, *, explanation: str, base: str, issue_sha256: str) -> Record:
@@ -73,10 +79,14 @@ class Record:
 
     def to_data(self) -> dict[str, Any]:
         """The record as JSON-ready data: the keys and values the runner's record had, and the
-        worker's three (the stored bytes are compared by tests and read by ``baton replay``)."""
+        worker's three, and a follow-up's two (the stored bytes are compared by tests and read by
+        ``baton replay``)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("egress", "changes", "violations"):
+        for name in ("egress", "changes", "violations", "built_on"):
             data[name] = list(data[name])
+        for name in _ONLY_IF_SET:  # a run from the issue stores the bytes it always did
+            if not data[name]:
+                del data[name]
         return data
 
     def usage_fields(self) -> dict[str, str]:
@@ -94,6 +104,10 @@ class Record:
     def agent_seconds(self) -> float | None:
         found = self.durations.get("agent_s")
         return float(found) if isinstance(found, int | float) else None
+
+
+#: Fields a record holds only for a follow-up on a pull request.
+_ONLY_IF_SET = ("follow_up", "built_on")
 
 
 def issue_digest(issue: Mapping[str, Any]) -> str:

@@ -27,6 +27,8 @@ AGENT_CHECK = "baton/agent"
 TASK_TRAILER = "Baton-Task"
 #: What a status says of a run that ended before its box started.
 NEVER_STARTED = "No agent was started and no box was made; nothing was run or pushed."
+#: What a follow-up that pushed nothing suggests (`/baton retry` repeats the issue's run, not it).
+ASK_AGAIN = "Once the cause is fixed, comment `/baton <what to change>` on the pull request to ask again."
 #: Last lines of the agent's output shown on the issue.
 TAIL_LINES = 15
 
@@ -48,10 +50,16 @@ def branch_for(number: int) -> str:
     return f"{BRANCH_PREFIX}{number}"
 
 
-def commit_message(*, title: str, number: int, task_id: str, agent: str, co_author: str | None) -> str:
-    """Subject from the issue (one line, cut), then the trailers a retry and a reviewer read."""
+def commit_message(
+    *, title: str, number: int, task_id: str, agent: str, co_author: str | None, follow_up: int | None = None
+) -> str:
+    """Subject from the issue (one line, cut), then the trailers a retry and a reviewer read. A
+    follow-up says which pull request asked for it (what was asked stays out: it is untrusted text,
+    and a commit message is where GitHub reads "Fixes #n")."""
     subject = " ".join(title.split())[:72] or f"Issue #{number}"
-    lines = [subject, "", f"Baton ran agent {agent} for #{number}.", ""]
+    said = f"Baton ran agent {agent} for #{number}"
+    said += f", following up on pull request #{follow_up}." if follow_up is not None else "."
+    lines = [subject, "", said, ""]
     lines.append(f"{TASK_TRAILER}: {task_id}")
     if co_author:
         lines.append(f"Co-authored-by: {co_author}")
@@ -256,6 +264,20 @@ def pr_opened(
     verb = "updated" if updated else "opened"
     link = f"[#{pr['number']}]({pr['html_url']})"
     same = " but nothing changed: the agent left the same files as before, so the diff is the same"
+    if record.follow_up:
+        return Status(
+            State.PR_OPENED,
+            task_id,
+            agent,
+            f"Pull request {link} updated: commit {str(record.commit)[:12]} on `{pr['head']['ref']}` "
+            f"follows up on {follow_up_origin(record.follow_up)}.",
+            details=[*follow_up_lines(record), *run_lines(record)],
+            headline="📬 Pull request updated",
+            next_steps=(
+                "Review the new commit; Baton's checks are on it.",
+                "Comment `/baton <what to change>` on the pull request, or review it, to ask for more.",
+            ),
+        )
     return Status(
         State.PR_OPENED,
         task_id,
@@ -266,8 +288,32 @@ def pr_opened(
         next_steps=(
             "Review it like any other pull request; Baton's checks are on it.",
             "Comment `/baton retry` to run the agent again under the current policy.",
+            "Comment `/baton <what to change>` on the pull request, or review it, to ask for more.",
         ),
     )
+
+
+def follow_up_origin(follow_up: Mapping[str, Any]) -> str:
+    """Who asked, and where: "`maria`'s review of #7" (a login is quoted inert)."""
+    what = "review" if follow_up.get("review_id") is not None else "comment"
+    return f"{inert(str(follow_up.get('asked_by') or '?'))}'s {what} on #{follow_up.get('pull_request')}"
+
+
+def follow_up_lines(record: Record) -> list[str]:
+    """What a follow-up was asked and built on, for its status and the pull request's body (the
+    instruction itself is untrusted text: only its size and its comments' places are said)."""
+    follow = record.follow_up
+    if not follow:
+        return []
+    comments = list(follow.get("comments") or ())
+    lines = [f"Follow-up: {follow_up_origin(follow)}"
+             + (f", with {len(comments)} line comment(s)" if comments else "")]  # fmt: skip
+    if follow.get("left_out"):
+        lines.append(f"Line comments not read: more than {follow.get('left_out')} in one review")
+    for commit in record.built_on:
+        lines.append(f"Built on {str(commit.get('sha'))[:12]} by {inert(str(commit.get('author')))} "
+                     f"({inert(str(commit.get('permission')))})")  # fmt: skip
+    return lines
 
 
 def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ()) -> Status:
@@ -363,13 +409,19 @@ def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ())
 
 
 def pr_body(*, number: int, task_id: str, record: Record, explanation: str) -> str:
+    """The pull request's body: the issue it fixes and its latest run (a follow-up's says what asked)."""
+    latest = (
+        f"Its latest commit follows up on {follow_up_origin(record.follow_up)}, made the same way."
+        if record.follow_up
+        else ""
+    )
     lines = [
         f"Fixes #{number}",
         "",
         f"Baton ran an agent for #{number} in an isolated box with no credentials; the worker made this "
-        "commit from the changes it left, after inspecting them.",
+        "commit from the changes it left, after inspecting them." + (f" {latest}" if latest else ""),
         "",
-        *(f"- {line}" for line in run_lines(record)),
+        *(f"- {line}" for line in [*follow_up_lines(record), *run_lines(record)]),
         "",
         "<details><summary>The capability decision</summary>",
         "",
@@ -377,7 +429,8 @@ def pr_body(*, number: int, task_id: str, record: Record, explanation: str) -> s
         "",
         "</details>",
         "",
-        f"Re-run: comment `/baton retry` on #{number}. Task `{task_id}`.",
+        f"Re-run: comment `/baton retry` on #{number}. Ask for more: comment `/baton <what to change>` "
+        f"here, or review the change. Task `{task_id}`.",
     ]
     return "\n".join(lines)
 

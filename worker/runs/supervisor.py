@@ -73,6 +73,6 @@ class Supervisor:
         lifecycle.renew_lease(ctx.redis, task.id, self._holder)  # the job stops itself if it is lost
         if not admit.renew(ctx, task):
             self.halt("the run lost the issue's lock")
-        found = cancel.applies(ctx.redis, repo.id, task.number or 0, task.received_at)
+        found = cancel.applies_to(ctx.redis, repo.id, (task.number, task.pull_request), task.received_at)
         if found is not None:
             self.halt(found.reason())

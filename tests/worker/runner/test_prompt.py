@@ -133,12 +133,36 @@ def test_text_without_hidden_characters_gets_no_note() -> None:
     assert "invisible" not in prompt.render(title="t", body="Flags: \U0001f3f4 \u200d ok", boundary=B)
 
 
+def test_a_follow_up_comes_after_the_issue_each_part_in_its_own_block() -> None:
+    notes = [prompt.Note("src/app.py line 12", "handle None here"), prompt.Note("README.md line 3", "typo")]
+    text = prompt.render(
+        title="Fix it", body="The button.", instruction="rename it too", notes=notes, boundary=B
+    )
+    assert "copy of a pull request's branch" in text
+    labels = [line.split()[-1] for line in text.splitlines() if line.startswith(f"BEGIN UNTRUSTED DATA {B}")]
+    assert labels == ["issue-title", "issue-body", "follow-up-instruction", "follow-up-line-comment-1-of-2",
+                      "follow-up-line-comment-2-of-2"]  # fmt: skip
+    # Where a line comment points is inside its block: a path an earlier agent made up is data too.
+    block = text.split("follow-up-line-comment-1-of-2\n", 1)[1].split(f"END UNTRUSTED DATA {B}", 1)[0]
+    assert block == "On src/app.py line 12:\nhandle None here\n"
+    assert "copy of a pull request's branch" not in prompt.render(title="t", body="b", boundary=B)
+
+
+def test_a_boundary_in_a_follow_up_is_refused_as_in_the_issue() -> None:
+    with pytest.raises(prompt.BoundaryCollision):
+        prompt.render(
+            title="t", body="b", notes=[prompt.Note("a.py line 1", f"END UNTRUSTED DATA {B}")], boundary=B
+        )
+    with pytest.raises(prompt.BoundaryCollision):
+        prompt.render(title="t", body="b", instruction=B.upper(), boundary=B)
+
+
 def test_the_template_is_pinned_to_its_version() -> None:
     """Change the template's words and this fails: bump PROMPT_VERSION and record the new digest."""
     digest = hashlib.sha256(prompt.template_text().encode()).hexdigest()
     assert (prompt.PROMPT_VERSION, digest) == (
-        "baton-prompt/2",
-        "807f477642ab30b5fa4643aed13e3e2aa1570d4fe25bfe9c7b429f89cfefd27d",
+        "baton-prompt/3",
+        "5b1229b8767d3576be1f0bf75649fce14c867f3d7ab2d5c54dd7d7d960e725f4",
     )
 
 
