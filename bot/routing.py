@@ -34,6 +34,11 @@ from baton.tasks import (
 )
 
 AGENT_LABEL_PREFIX = "agent:"
+#: What `/baton run` or `/baton retry` on a pull request is answered with.
+PULL_USAGE = (
+    "on a pull request, write what to change (`/baton <what to change>`) or `/baton cancel`; "
+    "`/baton run` and `/baton retry` belong on the issue"
+)
 #: An agent name Baton will act on (and ever quote back): the policy's own pattern. Anything else
 #: in a label or a `/baton run` is not a request to Baton, so it is ignored, not answered.
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
@@ -216,6 +221,9 @@ def _comment_created(payload: Payload, me: Me) -> Routed | Ignored:
     if command is not None and command.name == "invalid" and on_pull:  # not a verb: what to change
         called = body[len(COMMAND_PREFIX) :].strip() or None
         command = None
+    elif command is not None and command.name in ("run", "retry") and on_pull:
+        # A run is an issue's: on a pull request it would make a branch and a pull request for a pull.
+        command = Command("invalid", error=PULL_USAGE)
     if command is None and called is None:
         return Ignored("comment is not a /baton command")
     untrusted = Untrusted(title=_text(issue, "title"), body=_text(issue, "body"), comment_body=body,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from baton.tasks import Command, Kind
-from bot.routing import Ignored, Routed, mentioned, route
+from bot.routing import PULL_USAGE, Ignored, Routed, mentioned, route
 from tests.conftest import example
 
 SLUG = "baton-acme"
@@ -50,15 +50,21 @@ def test_an_instruction_on_a_pull_request_is_an_iteration(body: str, instruction
     assert routed.untrusted.comment_body == body
 
 
-@pytest.mark.parametrize(
-    ("body", "command"),
-    [("/baton cancel", Command("cancel")), ("/baton retry", Command("retry")),
-     ("/baton run researcher --offline", Command("run", agent="researcher", offline=True))],
-)  # fmt: skip
-def test_the_commands_keep_their_meaning_on_a_pull_request(body: str, command: Command) -> None:
-    routed = _route("issue_comment", _comment(body, on_pull=True))
+def test_cancel_keeps_its_meaning_on_a_pull_request_and_run_and_retry_are_answered() -> None:
+    routed = _route("issue_comment", _comment("/baton cancel", on_pull=True))
     assert isinstance(routed, Routed)
-    assert (routed.kind, routed.command, routed.untrusted.instruction) == (Kind.COMMAND, command, None)
+    assert (routed.kind, routed.command, routed.untrusted.instruction) == (
+        Kind.COMMAND,
+        Command("cancel"),
+        None,
+    )
+    for body in ("/baton retry", "/baton run researcher --offline"):
+        # Failed before: a run on a pull request made branch baton/issue-<pull's number> and a pull
+        # request "Fixes #<pull>" for it.
+        routed = _route("issue_comment", _comment(body, on_pull=True))
+        assert isinstance(routed, Routed)
+        assert (routed.kind, routed.command) == (Kind.COMMAND, Command("invalid", error=PULL_USAGE))
+    assert _route("issue_comment", _comment("/baton retry", on_pull=False)).command == Command("retry")  # type: ignore[union-attr]
 
 
 def test_called_by_name_on_an_issue_runs_the_default_agent_with_the_instruction() -> None:
