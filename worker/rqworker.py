@@ -440,8 +440,11 @@ def _never_started(ctx: Context) -> list[tuple[str, str, Any]]:
 
 
 def _job_argument(ctx: Context, task_id: str) -> Any:
+    """The task as its current job holds it: an admitted run's job (``admit.JOB``), whose task may
+    differ from the control job's (an iteration's names its issue and pull request), else the task's."""
+    job_id = lifecycle.field(ctx.redis, task_id, admit.JOB) or task_id
     try:
-        job = Job.fetch(task_id, connection=ctx.redis, serializer=JSONSerializer)
+        job = Job.fetch(job_id, connection=ctx.redis, serializer=JSONSerializer)
     except NoSuchJobError:
         return None
     return job.args[0] if job.args else None

@@ -10,9 +10,9 @@ logs) and asserts, naming the offending delivery or task:
 2. every task those deliveries made, and any other the emulator's deliveries made, is terminal;
    nothing is ``queued``/``running``, no lease is held, the outbox is empty;
 3. what each task had to publish is published: its issue has exactly one Baton status comment,
-   which shows a final state, and each check run it had to complete is ``completed``; no Baton
-   check run on GitHub is left ``queued``/``in_progress``, and no task made two of one name on
-   one commit;
+   which shows a final state (a follow-up's pull request too), each check run it had to complete is
+   ``completed``, and each review thread it answers holds its reply exactly once; no Baton check
+   run on GitHub is left ``queued``/``in_progress``, and no task made two of one name on one commit;
 4. no branch has two pull requests;
 5. no receipt is missing from the log: every receipt a task remembered (``worker.replay``) and every
    receipt on a completed check run is the entry at its index in its installation's log
@@ -252,9 +252,12 @@ class _Accounting:
                          f"({published or 'not published'}; {record.get('publish_error')})")  # fmt: skip
             return
         pub: dict[str, Any] = orjson.loads(raw)
-        issue = (str(pub["full_name"]), int(pub.get("number") or 0))
-        if pub.get("comment") is not None and not self.by_issue.get(issue):
-            self.problem(f"task {task_id}: {current}, but issue #{issue[1]} has no Baton status comment")
+        numbers = [pub.get("number"), *([pub["pull_request"]] if pub.get("pull_request") else [])]
+        for number in numbers:
+            issue = (str(pub["full_name"]), int(number or 0))
+            if pub.get("comment") is not None and not self.by_issue.get(issue):
+                self.problem(f"task {task_id}: {current}, but #{issue[1]} has no Baton status comment")
+        self.replies(task_id, pub)
         for end in pub.get("check_runs") or ():
             run_id = end["check_run_id"]
             if run_id is None:  # its create went unanswered: found by the task's external id, if made
@@ -268,6 +271,16 @@ class _Accounting:
                 seen = "missing" if run is None else f"{run['status']}/{run['conclusion']}"
                 self.problem(f"task {task_id}: check run {run_id} should be completed/"
                              f"{end['conclusion']}, is {seen}")  # fmt: skip
+
+    def replies(self, task_id: str, pub: dict[str, Any]) -> None:
+        """3. Each review thread a follow-up answers holds its reply exactly once."""
+        marker = publish.REPLY_MARKER.format(task_id=task_id)
+        for reply in pub.get("replies") or ():
+            thread = reply["comment_id"]
+            made = [c for c in self.state["review_comments"]
+                    if c.get("in_reply_to_id") == thread and marker in str(c.get("body"))]  # fmt: skip
+            if len(made) != 1:
+                self.problem(f"task {task_id}: {len(made)} replies in review thread {thread}, not one")
 
     def leftovers(self) -> None:
         """2. Nothing queued or running (from any delivery), no lease held, nothing in the outbox."""

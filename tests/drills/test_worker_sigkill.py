@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -67,6 +68,7 @@ from worker import lifecycle, publish, requeue
 from worker.gates import evaluate as gates
 from worker.lifecycle import State
 from worker.rqworker import RENEW_EVERY_S
+from worker.runner.run import PROMPT_IN_BOX
 from worker.runs import admit
 
 pytestmark = pytest.mark.drill
@@ -395,3 +397,49 @@ def test_a_job_process_killed_while_opening_the_merge_gate_check_run_leaves_none
 def _hit(stage: Stage, path: str) -> bool:
     """Has GitHub (the emulator) met the request the fault on ``path`` waits for?"""
     return any(f["path"] == path and f["hits"] for f in stage.admin.faults())
+
+
+def test_a_worker_killed_mid_follow_up_runs_it_again_once_with_one_commit_and_one_reply_a_thread(
+    stage: Stage, workers: Workers, rdb: redis.Redis
+) -> None:
+    """A review on Baton's pull request calls it; the worker running the follow-up is SIGKILLed while
+    the agent works in its box. The follow-up is run again (once) by the other worker: one commit on
+    the branch on top of the first, one reply in each of the review's threads, both status comments
+    final, and the accounting holds for the label and the review alike."""
+    first = workers.start("a", queues=EVERY_QUEUE, env=worker_env("a.0"))
+    number = stage.issue_with(HELLO)
+    label = stage.admin.label(world.REPO, number, ["agent:script"], sender="maria")["deliveries"][-1]["guid"]
+    wait_for(
+        lambda: lifecycle.current(rdb, label) is State.PR_OPENED, 90, "the label's pull request", workers.log
+    )
+    [pr] = [p for p in stage.admin.call("GET", "/state")["pulls"] if p["head_ref"] == f"baton/issue-{number}"]
+    before = lifecycle.field(rdb, label, "head_sha")
+    slow = {"steps": [{"op": "sleep", "seconds": 5}, {"op": "write", "path": "hello.txt", "content": "HI\n"}]}
+    body = f"/baton louder\n\n```baton-recipe\n{orjson.dumps(slow).decode()}\n```"
+    lines = [
+        {"path": "hello.txt", "line": 1, "body": "louder"},
+        {"path": "hello.txt", "line": 1, "body": "!"},
+    ]
+    review = stage.admin.review(world.REPO, pr["number"], user="maria", body=body, comments=lines)
+    [asked] = [d["guid"] for d in review["deliveries"] if d["event"] == "pull_request_review"]
+
+    def in_box() -> bool:
+        return any(PROMPT_IN_BOX in p.cmdline for p in descendants(first.pid))
+
+    wait_for(in_box, 90, "the follow-up's agent to start in its box", workers.log)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    workers.start("b", queues=EVERY_QUEUE, env=worker_env("b.0"))
+    wait_for(lambda: lifecycle.current(rdb, asked) in lifecycle.TERMINAL, SWEPT_S + 60,
+             f"the follow-up to end ({accounting.describe(rdb, [asked])})", workers.log)  # fmt: skip
+    assert lifecycle.current(rdb, asked) is State.PR_OPENED, workers.log()
+    assert lifecycle.field(rdb, asked, admit.ATTEMPT) == "2"
+    head = lifecycle.field(rdb, asked, "head_sha")
+    bare = stage.server.directory / "repos" / f"{world.REPO}.git"
+    made = subprocess.run(["git", "-C", str(bare), "rev-list", f"{before}..{head}"], capture_output=True,
+                          text=True, check=True).stdout.split()  # fmt: skip
+    assert made == [head]  # one commit on top of the label's, by the run that finished
+    assert lifecycle.current(rdb, asked) is State.PR_OPENED
+    settled = "every task to settle (the merge gates of both heads)"
+    wait_for(lambda: not accounting.unsettled(rdb), SETTLE_S, settled, workers.log)
+    accounting.account(stage.admin, rdb, [label, asked])  # one reply a thread, both comments final
