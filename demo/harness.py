@@ -122,6 +122,10 @@ class Demo:
     def file_at(self, sha: str, path: str, repo: str = world.REPO) -> str | None:
         return self._git(repo, "show", f"{sha}:{path}")
 
+    def parents(self, sha: str, repo: str = world.REPO) -> list[str]:
+        found = self._git(repo, "log", "-1", "--format=%P", sha)
+        return found.split() if found else []
+
     def gate_run(self, sha: str) -> dict[str, Any] | None:
         """The newest ``baton/merge-gate`` run on ``sha``, as the emulator holds it."""
         runs = [

@@ -38,11 +38,43 @@ def maintainer_labels(demo: Demo) -> Result:
     comment = demo.status_comment(number)
     linked = bool(pulls) and comment is not None and f"/pull/{pulls[0]['number']}" in comment["body"]
     fixes = bool(pulls) and f"Fixes #{number}" in pulls[0]["body"]
+    demo.last_pr = number  # type: ignore[attr-defined]  # the review scenario follows up on it
     return (
         "PR baton/issue-N with the change, Fixes #N, both checks success, status links it",
         f"{state}, {len(pulls)} PR, change {'in' if changed else 'MISSING'}, checks {checks or 'none'}, "
         f"{'linked' if linked else 'not linked'}",
         (state == "pr_opened" and len(pulls) == 1 and changed and passed_checks and linked and fixes),
+    )
+
+
+def review_answered(demo: Demo) -> Result:
+    """A maintainer reviews Baton's pull request, a line comment and `/baton` in the review's body:
+    the issue's agent makes one more commit on the same branch, and the thread gets Baton's reply."""
+    number: int = getattr(demo, "last_pr", 0)
+    pulls, before = demo.pulls(number), demo.branch(number)
+    if not pulls or before is None:
+        return ("a commit answering the review", "no pull request to review", False)
+    pr = int(pulls[0]["number"])
+    line = HELLO["steps"][0]["content"]
+    more = {"steps": [{"op": "append", "path": "docs/hello.md", "content": "And goodbye\n"}]}
+    body = f"/baton say goodbye too\n\n```baton-recipe\n{json.dumps(more)}\n```\n"
+    remark = {"path": "docs/hello.md", "line": 1, "body": "and a goodbye here"}
+    review = demo.admin.review(world.REPO, pr, user="maria", body=body, comments=[remark])
+    [guid] = [d["guid"] for d in review["deliveries"] if d["event"] == "pull_request_review"]
+    state = demo.wait(guid)
+    head = demo.branch(number)
+    changed = head is not None and demo.file_at(head, "docs/hello.md") == f"{line}And goodbye\n"
+    on_top = head is not None and (demo.parents(head) == [before])
+    thread = review["comments"][0]
+    replied = [c for c in demo.admin.call("GET", "/state")["review_comments"]
+               if c.get("in_reply_to_id") == thread and c.get("app_id") == demo.world.app_id]  # fmt: skip
+    comment = demo.status_comment(pr)
+    updated = comment is not None and "Pull request updated" in comment["body"]
+    return (
+        "one commit on the same branch with the change, a reply in the thread, the PR's status updated",
+        f"{state}, {'on top' if on_top else 'NOT on top'}, change {'in' if changed else 'MISSING'}, "
+        f"{len(replied)} reply, {'updated' if updated else 'no status'}",
+        (state == "pr_opened" and on_top and changed and len(replied) == 1 and updated),
     )
 
 
@@ -478,6 +510,7 @@ Scenario = tuple[str, Callable[[Demo], Result]]
 #: real CLI (``--agents``), then AFTER_REAL_CLIS.
 BEFORE_REAL_CLIS: list[Scenario] = [
     ("maintainer labels an issue agent:script", maintainer_labels),
+    ("a maintainer reviews Baton's pull request", review_answered),
     ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
     ("a run over its daily budget", over_budget),
     ("/baton cancel during a long run", cancel_long_run),
