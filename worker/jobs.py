@@ -56,11 +56,10 @@ from worker.gates import evaluate as gates
 from worker.github import deadline, transport
 from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
-from worker.publish import Publication, publisher, status_now
+from worker.publish import Publication, status_now
 from worker.result import Handler, HandOff, Result, failed
 from worker.runs import admit
 from worker.runs.execute import run as execute_run
-from worker.status import render
 from worker.trigger import AUTHORISED
 
 log = logging.getLogger("baton.jobs")
@@ -287,30 +286,14 @@ def _commit(
 
 def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
     """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
-    repo = task.repository
-    if repo is None or task.installation_id is None:
-        return None
-    comment = render(result.status) if result.status is not None and task.number is not None else None
-    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
-                      task.number, comment, result.check_runs)  # fmt: skip
-    return None if pub.empty else pub
+    return Publication.about(task, result.status, result.check_runs)
 
 
 def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:
     if publication is None:
         lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
         return "nothing to publish"
-    return publish_now(ctx, task.id) if publish else "kept in the outbox for an idle worker"
-
-
-def publish_now(ctx: Context, task_id: str) -> str:
-    """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
-    if ctx.github is None:
-        return "not published: the worker has no App credentials"
-    if deadline.spent():  # the work's time for GitHub is gone: an idle worker tries, on its own time
-        return "kept in the outbox for an idle worker: no time left for GitHub"
-    done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
-    return done if done is not None else "not published yet: kept in the outbox for another attempt"
+    return outbox.publish_now(ctx, task.id) if publish else "kept in the outbox for an idle worker"
 
 
 def seal_audit(ctx: Context) -> None:
