@@ -58,7 +58,7 @@ from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
 from worker.publish import Publication, status_now
 from worker.result import Handler, HandOff, Result, failed
-from worker.runs import admit
+from worker.runs import admit, line
 from worker.runs.execute import run as execute_run
 from worker.trigger import AUTHORISED
 
@@ -247,16 +247,24 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
 
 
 def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> JobReturn:
-    """An admitted run: to the agents queue, then ``queued`` on the issue."""
+    """An admitted run: to the agents queue, then ``queued`` on the issue; or, with no run slot free
+    (``result.wait``), into its repository's line, which says so on the issue itself."""
+    run = result.task or task
     try:
-        job = admit.hand_off(ctx, task, result.detail, attempt=1, holder=holder, **result.fields)
+        if result.wait is not None:
+            job = line.join(ctx, run, status=result.status, policy=result.wait, detail=result.detail,
+                            holder=holder, fields=result.fields)  # fmt: skip
+        else:
+            job = admit.hand_off(ctx, run, result.detail, attempt=1, holder=holder, **result.fields)
     except lifecycle.IllegalMove:
         if lifecycle.current(ctx.redis, task.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
-            admit.release(ctx, task, started=None)  # the lock is not needed any more
+            line.release(ctx, run, started=None)  # the lock is not needed any more
         # Otherwise the task is another job's now (this one's lease was lost): so are its lock and slots.
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
-    status_now(ctx, task, result.status)
-    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
+    if result.wait is None:
+        status_now(ctx, run, result.status)
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job,
+                            "waiting": result.wait is not None})  # fmt: skip
     return _returned(task, State.QUEUED, result.detail)
 
 
@@ -277,11 +285,12 @@ def _commit(
         return _publish(ctx, task, publication, publish=publish)
     finally:
         # After the final status is written, so no newer run can be admitted in between and take
-        # the comment over before this run's outcome is on it.
-        if task.kind in (Kind.AGENT_RUN, Kind.COMMAND) and task.number is not None and task.repository:
+        # the comment over before this run's outcome is on it. The next run waiting in the
+        # repository's line starts in the same transaction as the slots are freed.
+        if task.kind in admit.RUN_KINDS and task.number is not None and task.repository:
             fields = result.fields
-            admit.release(ctx, task, started=fields.get("run_started_at"),
-                          agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
+            line.release(ctx, task, started=fields.get("run_started_at"), publish=publish,
+                         agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
 
 
 def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
