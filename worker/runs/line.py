@@ -195,6 +195,7 @@ class Moved:
     waiting: list[str] = field(default_factory=list)  # the line after it, oldest first
     places: list[tuple[str, int]] = field(default_factory=list)  # changed places (``moved_places``)
     holding: budget.Verdict | None = None  # what holds the line back: its head's verdict
+    holding_scope: str | None = None  # the key of the scope whose slots are full
     entries: dict[str, Entry] = field(default_factory=dict)  # those read, by task id
 
 
@@ -305,6 +306,7 @@ class _Transaction:
             self.joiner = lifecycle.watch(self.pipe, joining.entry.task.id)
             lifecycle.allowed(self.joiner, State.QUEUED, holder=joining.holder)
             self.line.append(joining.entry.task.id)
+            self.moved.entries[joining.entry.task.id] = joining.entry
         if leaving is not None and leaving in self.line and leaving != self._joining_id():
             head = _Head.read(self.pipe, self.repo_id, leaving)
             found = standing(leaving, waiting=head.waiting, cancelled=head.cancelled, lock=head.lock)
@@ -335,8 +337,11 @@ class _Transaction:
             read = budget.read(self.pipe, scopes, task_id=task_id, now=self.at)
             usage = [(s, self._delta(s).applied(u)) for s, (u, _) in zip(scopes, read, strict=True)]
             found = decide(task_id, waiting=True, cancelled=None, lock=head.lock, scopes=usage, now=self.at)
-            if found.turn is Turn.WAIT:
+            if found.turn is Turn.WAIT and found.verdict is not None:
                 self.moved.holding = found.verdict
+                self.moved.holding_scope = next(
+                    (s.key for s in scopes if s.label == found.verdict.scope), None
+                )
                 return False
             if found.turn is Turn.START:
                 for scope, (_, counted) in zip(scopes, read, strict=True):
@@ -379,7 +384,8 @@ def _release(
     task, on = releasing.task, releasing.on or today
     scopes, lock = admit.scopes(task, None), admit.lock_key(task)
     pipe.watch(lock, *(budget.active_key(s) for s in scopes))  # type: ignore[no-untyped-call]
-    mine = pipe.get(lock) is not None and records.text(pipe.get(lock)) == task.id
+    held = pipe.get(lock)
+    mine = held is not None and records.text(held) == task.id
     for scope in scopes:
         own = pipe.zscore(budget.active_key(scope), task.id)
         delta = deltas.setdefault(scope.key, _Delta())
@@ -544,13 +550,39 @@ def advance(ctx: Context, repo_id: int, *, publish: bool = True) -> Moved:
 
 
 def sweep(ctx: Context, *, publish: bool, stop: Callable[[], bool] = lambda: False) -> int:
-    """Every line with anyone in it, moved once (the periodic duty's work); how many runs started."""
+    """Every line with anyone in it, moved once (the periodic duty's work); how many runs started. A
+    line held back by slots that runs which ended still hold (their worker died between the end and
+    the release) has those freed, and moves again."""
     started = 0
     for raw in sorted(records.text(m) for m in ctx.redis.smembers(LINES)):
         if stop():
             break
-        started += len(advance(ctx, int(raw), publish=publish).started)
+        moved = advance(ctx, int(raw), publish=publish)
+        if moved.holding_scope is not None and reap(ctx.redis, moved.holding_scope):
+            moved = advance(ctx, int(raw), publish=publish)
+        started += len(moved.started)
     return started
+
+
+#: Slots a reap looks at, at most (a scope allows at most 4096 at once: an installation's cap).
+REAP_BATCH = 100
+
+
+def reap(client: redis.Redis, scope_key: str) -> int:
+    """Free the slots of ``scope_key`` (``budget.Scope.key``) held by runs that ended: a run's end and
+    its release are two steps, and a worker that dies between them leaves its slot held until its
+    lease lapses (hours, for a run that never started). An ended run never holds a slot again, so
+    freeing it early is safe. Returns how many were freed."""
+    active = budget.ACTIVE_PREFIX + scope_key
+    live = client.zrangebyscore(active, f"({clock.now(client):.6f}", "+inf", start=0, num=REAP_BATCH)
+    members = [records.text(m) for m in live]
+    ended = [m for m in members if lifecycle.current(client, m) in lifecycle.TERMINAL]
+    if ended:
+        log.warning(
+            "freed run slots still held by runs that ended", extra={"scope": scope_key, "slots": len(ended)}
+        )
+        client.zrem(active, *ended)
+    return len(ended)
 
 
 def _repo(task: Task) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from rq.job import Job
 from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
@@ -139,13 +139,6 @@ def test_a_waiting_status_says_its_place_the_limit_and_how_to_leave() -> None:
 
 
 # -- in real Redis, with the emulator -----------------------------------------------------------------
-
-ONE_AT_A_TIME = world.REPO_POLICY + "limits:\n  max_concurrent_runs: 1\n"
-
-
-@pytest.fixture
-def one_slot(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
-    yield from make_stage(tmp_path, redis_url, rdb, repo_policy=ONE_AT_A_TIME)
 
 
 def _labels(stage: Stage, n: int) -> list[tuple[int, str]]:
@@ -373,3 +366,20 @@ def test_the_line_duty_starts_a_head_whose_slot_freed_in_another_repository(
 
 def _recipe() -> str:
     return f"```baton-recipe\n{orjson.dumps(HELLO).decode()}\n```\n"
+
+
+def test_the_line_duty_frees_a_slot_a_run_that_ended_still_holds(one_slot: Stage) -> None:
+    stage = one_slot
+    (_, a), (_, b) = _labels(stage, 2)
+    # The first run ended, and its worker died before its release: its slot is held for hours.
+    lifecycle.move(stage.rdb, a, State.RUNNING, "run started")
+    lifecycle.move(stage.rdb, a, State.FAILED, "its worker died as it ended")
+    assert line.advance(stage.ctx, _repo_id(stage)).started == []  # a plain move finds the slot full
+    rqworker.run(stage.ctx, [rqworker.LINE], publish=True)
+    assert _jobs(stage)[-1] == admit.job_id(b, 1)
+    assert budget.usage(stage.rdb, admit.scopes(_task_of_job(stage, b), None)[0]).active == 1
+
+
+def _task_of_job(stage: Stage, task_id: str) -> Task:
+    job = Job.fetch(admit.job_id(task_id, 1), connection=stage.rdb, serializer=JSONSerializer)
+    return Task.from_dict(job.args[0])
