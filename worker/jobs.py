@@ -257,15 +257,17 @@ def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> 
         else:
             job = admit.hand_off(ctx, run, result.detail, attempt=1, holder=holder, **result.fields)
     except lifecycle.IllegalMove:
-        if lifecycle.current(ctx.redis, task.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
+        if lifecycle.current(ctx.redis, run.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
             line.release(ctx, run, started=None)  # the lock is not needed any more
         # Otherwise the task is another job's now (this one's lease was lost): so are its lock and slots.
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
     if result.wait is None:
         status_now(ctx, run, result.status)
-    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job,
+    # Joining the line may have ended it at once (a cancel, or a day's budget spent as a slot freed).
+    state = lifecycle.current(ctx.redis, run.id) or State.QUEUED
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": state.value, "job": job,
                             "waiting": result.wait is not None})  # fmt: skip
-    return _returned(task, State.QUEUED, result.detail)
+    return _returned(task, state, result.detail)
 
 
 def _commit(

@@ -171,6 +171,11 @@ def current(client: redis.Redis, task_id: str) -> State | None:
     return _state(client.hget(PREFIX + task_id, "state"))
 
 
+def state_named(raw: bytes | str | None) -> State | None:
+    """The state a record's ``state`` field names, as read in a pipeline (None: no record)."""
+    return _state(raw)
+
+
 def field(client: redis.Redis, task_id: str, name: str) -> str | None:
     raw = client.hget(PREFIX + task_id, name)
     return None if raw is None else records.text(raw)

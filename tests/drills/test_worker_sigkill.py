@@ -10,9 +10,9 @@ platform restarts a crashed machine's process, on the same data directory).
 
 Figures, scaled to the suite's budget (the issue's figure in brackets): ``N_RUNS`` labels [200],
 at most ``IN_FLIGHT`` unfinished at once (the org's concurrent-run budget is 8: beyond it a label
-is refused, which would drill nothing); ``len(KILLS)`` kills, one every ``KILL_EVERY_S`` seconds
-[every few seconds, for the whole stream]. The drill takes about a minute on a busy 2-core machine,
-half of it the 30 s lease a killed worker's task must outlive.
+waits in line, drilled on its own at the end of this module); ``len(KILLS)`` kills, one every
+``KILL_EVERY_S`` seconds [every few seconds, for the whole stream]. The drill takes about a minute
+on a busy 2-core machine, half of it the 30 s lease a killed worker's task must outlive.
 
 What must hold:
 

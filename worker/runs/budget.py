@@ -130,7 +130,7 @@ class Verdict:
         if self.code == CONCURRENT_RUNS:
             first = (
                 f"{self.scope} already has {used} of its {self.limit} concurrent runs in progress; "
-                "this one was not started. Try again when one finishes."
+                "this one waits in line for a free slot."
             )
         elif self.code == RUNS_PER_DAY:
             first = (

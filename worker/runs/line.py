@@ -576,7 +576,15 @@ def reap(client: redis.Redis, scope_key: str) -> int:
     active = budget.ACTIVE_PREFIX + scope_key
     live = client.zrangebyscore(active, f"({clock.now(client):.6f}", "+inf", start=0, num=REAP_BATCH)
     members = [records.text(m) for m in live]
-    ended = [m for m in members if lifecycle.current(client, m) in lifecycle.TERMINAL]
+    with client.pipeline(transaction=False) as pipe:
+        for member in members:
+            pipe.hget(lifecycle.PREFIX + member, "state")
+        states = pipe.execute()
+    ended = [
+        m
+        for m, state in zip(members, states, strict=True)
+        if lifecycle.state_named(state) in lifecycle.TERMINAL
+    ]
     if ended:
         log.warning(
             "freed run slots still held by runs that ended", extra={"scope": scope_key, "slots": len(ended)}

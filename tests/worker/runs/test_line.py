@@ -383,3 +383,15 @@ def test_the_line_duty_frees_a_slot_a_run_that_ended_still_holds(one_slot: Stage
 def _task_of_job(stage: Stage, task_id: str) -> Task:
     job = Job.fetch(admit.job_id(task_id, 1), connection=stage.rdb, serializer=JSONSerializer)
     return Task.from_dict(job.args[0])
+
+
+def test_a_waiting_run_whose_issue_another_run_took_is_told_busy_at_its_turn(one_slot: Stage) -> None:
+    stage = one_slot
+    (_, a), (second, b), (_, c) = _labels(stage, 3)
+    # Its lock lapsed while it waited (hours), and another run took the issue meanwhile.
+    stage.rdb.set(admit.lock_key(_task(stage, b)), "another-run")
+    assert stage.run_agent(a)["state"] == "pr_opened"
+    assert lifecycle.current(stage.rdb, b) is State.REFUSED
+    assert "A run is already in progress" in _status(stage, second)
+    assert _lock(stage, second) == b"another-run"  # not this run's to free
+    assert _jobs(stage)[-1] == admit.job_id(c, 1)
