@@ -263,8 +263,10 @@ def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> 
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
     if result.wait is None:
         status_now(ctx, run, result.status)
-    # Joining the line may have ended it at once (a cancel, or a day's budget spent as a slot freed).
-    state = lifecycle.current(ctx.redis, run.id) or State.QUEUED
+    state = State.QUEUED
+    if result.wait is not None:  # joining the line may have ended it at once (a cancel, a spent day)
+        found = lifecycle.current(ctx.redis, run.id)
+        state = found if found in lifecycle.TERMINAL and found is not None else State.QUEUED
     log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": state.value, "job": job,
                             "waiting": result.wait is not None})  # fmt: skip
     return _returned(task, state, result.detail)

@@ -15,7 +15,9 @@ cancelled meanwhile ends cancelled, each with its status in the outbox, and the 
 considered; the first that finds no free slot stops the line. So a crash cannot fall between a
 slot freed and the next run started. Slots that free some other way (a dead run's lapsed lease, a
 run ending in another repository of the installation) are found by a periodic duty (``sweep``,
-run by ``worker.rqworker``) that moves every line with anyone in it.
+run by ``worker.rqworker``) that moves every line with anyone in it, and frees first the slots
+that runs which already ended still hold (``reap``: a worker that died between a run's end and
+its release).
 
 ``decide`` is the pure decision for one waiting run; ``_advance`` reads what it needs in one
 optimistic transaction (WATCH / MULTI, retried on a conflict), so two workers racing to start the
