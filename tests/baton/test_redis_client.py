@@ -108,7 +108,7 @@ def test_a_client_follows_the_primary_through_a_failover_and_back(tmp_path: Path
         old.start()
         topo.wait_for(lambda: old.role() == "slave", 30, "the old primary to come back as a replica")
         client.set("after", "3")
-        topo.wait_for(lambda: old.client().get("after") == b"3", 10, "the old primary to replicate")
+        topo.wait_for(lambda: old.client().get("after") == b"3", 30, "the old primary to replicate")  # its full sync first
         assert client.client_getname() == "baton-test"
         client.close()
 

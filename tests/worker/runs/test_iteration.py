@@ -16,7 +16,7 @@ import orjson
 from baton import keys
 from emulator import world
 from tests.worker.conftest import Stage
-from worker import lifecycle, receipts, replay
+from worker import lifecycle, outbox, receipts, replay
 from worker.github import api
 from worker.runs import admit, report
 
@@ -152,9 +152,7 @@ def test_a_review_with_three_line_comments_is_one_run_answered_in_each_thread(st
     assert [c["line"] for c in follow_up["lineComments"]] == [1, 2, 3]
 
     # Published again (an outbox retry), the replies are not made twice.
-    from worker import jobs
-
-    jobs.publish_now(stage.ctx, ran["task_id"])
+    outbox.publish_now(stage.ctx, ran["task_id"])
     assert all(len(b) == 1 for b in _replies(stage, pr["number"]).values())
 
 
