@@ -107,8 +107,9 @@ def test_a_client_follows_the_primary_through_a_failover_and_back(tmp_path: Path
         # still had a connection to it is not fooled (its writes would be READONLY there).
         old.start()
         topo.wait_for(lambda: old.role() == "slave", 30, "the old primary to come back as a replica")
+        # Its full sync comes first: under load that takes longer than a write does.
         client.set("after", "3")
-        topo.wait_for(lambda: old.client().get("after") == b"3", 30, "the old primary to replicate")  # its full sync first
+        topo.wait_for(lambda: old.client().get("after") == b"3", 30, "the old primary to replicate")
         assert client.client_getname() == "baton-test"
         client.close()
 
