@@ -16,7 +16,6 @@ import httpx
 import pytest
 from emulator_world import OWNER, REPO, World, build_world
 from github_schemas import rest_errors, webhook_errors
-from githubkit import GitHub, TokenAuthStrategy
 from githubkit.webhooks import parse_obj
 from webhook_receiver import Receiver
 
@@ -318,28 +317,7 @@ def test_a_deleted_repository_takes_its_parents_with_it(
     assert adopted.status_code == 201
 
 
-# -- clients and restarts -------------------------------------------------------------------------
-
-
-def test_githubkit_parses_every_sub_issues_answer(world: World) -> None:
-    with AdminClient(world.url) as admin:
-        made = [admin.create_issue(FULL, title=f"#{n}", user="maria")["id"] for n in range(1, 4)]
-    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
-    parent = gh.rest.issues.add_sub_issue(OWNER, REPO, 1, sub_issue_id=made[1]).parsed_data
-    assert parent.sub_issues_summary is not None
-    assert parent.sub_issues_summary.total == 1
-    gh.rest.issues.add_sub_issue(OWNER, REPO, 1, sub_issue_id=made[2])
-    moved = gh.rest.issues.reprioritize_sub_issue(OWNER, REPO, 1, sub_issue_id=made[2], before_id=made[1])
-    assert moved.parsed_data.number == 1
-    listed = gh.rest.issues.list_sub_issues(OWNER, REPO, 1).parsed_data
-    assert [i.number for i in listed] == [3, 2]
-    up = gh.rest.issues.get_parent(OWNER, REPO, 2).parsed_data
-    assert up.id == made[0]
-    child = gh.rest.issues.get(OWNER, REPO, 2).parsed_data
-    assert child.parent_issue_url == f"{world.url}/repos/{FULL}/issues/1"
-    left = gh.rest.issues.remove_sub_issue(OWNER, REPO, 1, sub_issue_id=made[1]).parsed_data
-    assert left.sub_issues_summary is not None
-    assert left.sub_issues_summary.total == 1
+# -- restarts -------------------------------------------------------------------------------------
 
 
 def test_sub_issues_survive_a_restart(tmp_path: Path) -> None:
