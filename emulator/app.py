@@ -43,6 +43,7 @@ from emulator.rest import issues as routes_issues
 from emulator.rest import pulls as routes_pulls
 from emulator.rest import repos as routes_repos
 from emulator.rest import reviews as routes_reviews
+from emulator.rest import sub_issues as routes_sub_issues
 from emulator.rest import users as routes_users
 from emulator.state import Delivery
 
@@ -51,6 +52,7 @@ API_ROUTES: list[RouteSpec] = [
     *routes_hooks.ROUTES,
     *routes_repos.ROUTES,
     *routes_issues.ROUTES,
+    *routes_sub_issues.ROUTES,
     *routes_reviews.ROUTES,
     *routes_pulls.ROUTES,
     *routes_checks.ROUTES,

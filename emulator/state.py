@@ -124,6 +124,10 @@ class Issue:
     updated_at: float = 0.0
     closed_at: float | None = None
     app_id: int | None = None  # set when created through an installation token
+    #: the parent issue's ``id`` when this is a sub-issue (it may be in another repository of the owner)
+    parent_id: int | None = None
+    #: this sub-issue's place among its parent's (lowest first); see ``emulator.hierarchy``
+    sub_issue_rank: int = 0
 
 
 @dataclass
@@ -426,6 +430,9 @@ class State:
                 records: dict[int, Any] = getattr(self, collection)
                 for key in [k for k, rec in records.items() if rec.repo == name]:
                     del records[key]
+            for item in self.issues.values():  # sub-issues elsewhere lose a parent that is gone
+                if item.parent_id is not None and item.parent_id not in self.issues:
+                    item.parent_id = None
             for inst in self.installations.values():
                 inst.repositories = [n for n in inst.repositories if n != name]
             for token in self.tokens.values():

@@ -8,6 +8,10 @@ Two npm packages describe what GitHub sends, and the tests check the emulator ag
   one per event and action. Kept: every action of the events in ``EVENTS`` and the
   definitions they reach.
 
+Events the community schemas (7.6.1, their last release) predate, such as ``sub_issues``,
+are checked against GitHub's own webhook schemas in the OpenAPI description instead
+(its ``x-webhooks``): the ones in ``OPENAPI_WEBHOOKS`` are kept with the operations.
+
 Both are far too large to vendor whole (13 MB and 630 KB) and the suite runs offline, so
 this writes the reachable parts, unchanged, to ``tests/fixtures/github/``::
 
@@ -48,6 +52,21 @@ OPERATIONS: list[tuple[str, str]] = [
     ("get", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
     ("patch", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
     ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/comments/{comment_id}/replies"),
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),
+    ("post", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),
+    ("delete", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issue"),
+    ("patch", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues/priority"),
+    ("get", "/repos/{owner}/{repo}/issues/{issue_number}/parent"),
+]
+
+#: ``x-webhooks`` entries of the OpenAPI description kept for events the community schemas lack
+#: (``<event>-<action>`` with dashes, as GitHub names them there).
+OPENAPI_WEBHOOKS = [
+    "sub-issues-parent-issue-added",
+    "sub-issues-parent-issue-removed",
+    "sub-issues-sub-issue-added",
+    "sub-issues-sub-issue-removed",
 ]
 
 #: Every event the emulator sends (all of each event's actions are kept).
@@ -108,8 +127,12 @@ def cut_openapi(spec: dict[str, Any]) -> dict[str, Any]:
             for key in ("operationId", "parameters", "requestBody", "responses")
             if key in operation
         }
+    hooks: dict[str, Any] = {}
+    for name in OPENAPI_WEBHOOKS:
+        operation = spec["x-webhooks"][name]["post"]
+        hooks[name] = {"post": {key: operation[key] for key in ("operationId", "requestBody")}}
     components: dict[str, dict[str, Any]] = {}
-    for ref in sorted(_closure(spec, list(paths.values()))):
+    for ref in sorted(_closure(spec, [*paths.values(), *hooks.values()])):
         _, section, kind, name = ref.split("/", 3)
         if section != "components":
             raise ValueError(f"{ref}: only components are expected")
@@ -118,6 +141,7 @@ def cut_openapi(spec: dict[str, Any]) -> dict[str, Any]:
         "openapi": spec["openapi"],
         "info": {"title": spec["info"]["title"], "version": spec["info"]["version"]},
         "paths": paths,
+        "x-webhooks": hooks,
         "components": {kind: dict(sorted(items.items())) for kind, items in sorted(components.items())},
     }
 

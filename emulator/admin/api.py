@@ -7,7 +7,7 @@ in ``github-requests.jsonl`` and never hit by faults. Errors are
 :mod:`emulator.admin.setup`, people's actions and webhooks in
 :mod:`emulator.admin.people` and :mod:`emulator.admin.changes`, forks and
 commits in :mod:`emulator.admin.repos`, reviews and comment edits in
-:mod:`emulator.admin.reviews`; faults,
+:mod:`emulator.admin.reviews`, sub-issues in :mod:`emulator.admin.sub_issues`; faults,
 settings and inspection are here.
 """
 
@@ -26,6 +26,7 @@ from emulator.admin.people import PeopleAdmin
 from emulator.admin.repos import ReposAdmin
 from emulator.admin.reviews import ReviewsAdmin
 from emulator.admin.setup import AdminBase, AdminError, SetupAdmin
+from emulator.admin.sub_issues import SubIssuesAdmin
 from emulator.core import Emulator
 from emulator.errors import ApiError
 from emulator.gitrepo import GitError
@@ -132,6 +133,7 @@ def _wrap(handler: AdminHandler, *, persist: bool = True) -> Callable[[Request],
 def routes(emu: Emulator) -> list[BaseRoute]:
     setup, people, inspect = SetupAdmin(emu), PeopleAdmin(emu), InspectAdmin(emu)
     changes, repos, reviews = ChangesAdmin(emu), ReposAdmin(emu), ReviewsAdmin(emu)
+    subs = SubIssuesAdmin(emu)
     table: list[tuple[str, str, AdminHandler]] = [
         ("POST", "/users", setup.create_user),
         ("POST", "/apps", setup.create_app),
@@ -150,6 +152,9 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("POST", "/repos/{owner}/{repo}/issues/{number}/close", changes.close_issue),
         ("POST", "/repos/{owner}/{repo}/issues/{number}/reopen", changes.reopen_issue),
         ("POST", "/repos/{owner}/{repo}/issues/{number}/comments", people.comment_issue),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/sub_issues", subs.add),
+        ("DELETE", "/repos/{owner}/{repo}/issues/{number}/sub_issue", subs.remove),
+        ("PATCH", "/repos/{owner}/{repo}/issues/{number}/sub_issues/priority", subs.reprioritize),
         ("POST", "/repos/{owner}/{repo}/pulls", people.open_pull),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/close", changes.close_pull),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/reopen", changes.reopen_pull),

@@ -242,6 +242,44 @@ class AdminClient:
         )
         return result
 
+    def add_sub_issue(
+        self, full_name: str, number: int, sub_issue: int | str, *, sender: str, replace_parent: bool = False
+    ) -> dict[str, Any]:
+        """A person makes ``sub_issue`` (a number in ``full_name``, or ``"owner/repo#number"``) the
+        last sub-issue of issue ``number``: ``sub_issues.sub_issue_added`` then ``parent_issue_added``
+        (after the two ``…_removed`` when ``replace_parent`` moves it). The person needs triage or more.
+        Answers ``sub_issues`` ({id, number, repo} in order), ``sub_issues_summary``, ``deliveries``."""
+        body = {"sender": sender, "sub_issue": sub_issue, "replace_parent": replace_parent}
+        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/issues/{number}/sub_issues", body)
+        return result
+
+    def remove_sub_issue(
+        self, full_name: str, number: int, sub_issue: int | str, *, sender: str
+    ) -> dict[str, Any]:
+        """A person takes ``sub_issue`` off issue ``number``: ``sub_issue_removed``, then
+        ``parent_issue_removed``."""
+        body = {"sender": sender, "sub_issue": sub_issue}
+        result: dict[str, Any] = self.call("DELETE", f"/repos/{full_name}/issues/{number}/sub_issue", body)
+        return result
+
+    def reprioritize_sub_issue(
+        self,
+        full_name: str,
+        number: int,
+        sub_issue: int | str,
+        *,
+        sender: str,
+        after: int | str | None = None,
+        before: int | str | None = None,
+    ) -> dict[str, Any]:
+        """A person moves ``sub_issue`` just after ``after`` or just before ``before`` (no webhook)."""
+        body: dict[str, Any] = {"sender": sender, "sub_issue": sub_issue}
+        body |= {k: v for k, v in (("after", after), ("before", before)) if v is not None}
+        result: dict[str, Any] = self.call(
+            "PATCH", f"/repos/{full_name}/issues/{number}/sub_issues/priority", body
+        )
+        return result
+
     def open_pull(
         self,
         full_name: str,

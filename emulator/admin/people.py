@@ -37,7 +37,7 @@ class PeopleAdmin(AdminBase):
         )
         state.issues[item.id] = item
         pending: list[Delivery] = []
-        opened = {"action": "opened", "issue": shapes_items.issue(base, state, repo, item)}
+        opened = {"action": "opened", "issue": shapes_items.issue(base, state, repo, item, hook=True)}
         emit(self.emu, base, repo, "issues", opened, pending=pending, sender=user.login)
         routes_issues.add_labels(
             self.emu,

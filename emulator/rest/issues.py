@@ -46,7 +46,7 @@ def _event_body(emu: Emulator, base: str, repo: Repo, item: Issue, action: str) 
                 "number": item.number,
                 "pull_request": hook_pull(emu, base, repo, pull),
             }
-    return {"action": action, "issue": shapes_items.issue(base, state, repo, item)}
+    return {"action": action, "issue": shapes_items.issue(base, state, repo, item, hook=True)}
 
 
 def add_labels(
@@ -129,7 +129,7 @@ def create_comment(
     state.touch(item)  # a comment is activity on the issue, as on GitHub
     body = {
         "action": "created",
-        "issue": shapes_items.issue(base, state, repo, item),
+        "issue": shapes_items.issue(base, state, repo, item, hook=True),
         "comment": shapes_items.comment(base, state, repo, created),
     }
     emit(emu, base, repo, "issue_comment", body, pending=pending, sender=user, acting=acting)
@@ -159,7 +159,7 @@ def edit_comment(
     body = {
         "action": "edited",
         "changes": {"body": {"from": previous}},
-        "issue": shapes_items.issue(base, state, repo, item),
+        "issue": shapes_items.issue(base, state, repo, item, hook=True),
         "comment": shapes_items.comment(base, state, repo, comment),
     }
     emit(emu, base, repo, "issue_comment", body, pending=pending, sender=sender, acting=acting)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator import hierarchy
 from emulator.gitrepo import FileChange
 from emulator.rest.shapes import account, integration, label, node_id, repository
 from emulator.state import CheckRun, Comment, Issue, Pull, Repo, State, iso
@@ -41,7 +42,12 @@ def author_association(repo: Repo, login: str, *, contributed: bool | None = Non
     return "NONE"
 
 
-def issue(base: str, state: State, repo: Repo, item: Issue) -> JSONObject:
+def issue(base: str, state: State, repo: Repo, item: Issue, *, hook: bool = False) -> JSONObject:
+    """An ``issue``, with its ``sub_issues_summary`` and (not with ``hook``) ``parent_issue_url``.
+
+    ``hook``: as the ``issues`` and ``issue_comment`` webhooks carry it; their schemas (the
+    community's and GitHub's ``webhooks_issue``) have the summary but no ``parent_issue_url``.
+    """
     api = f"{base}/repos/{repo.full_name}/issues/{item.number}"
     comments = sum(
         1 for c in state.comments.values() if c.repo == repo.full_name and c.issue_number == item.number
@@ -76,7 +82,11 @@ def issue(base: str, state: State, repo: Repo, item: Issue) -> JSONObject:
         "reactions": reactions(api),
         "timeline_url": f"{api}/timeline",
         "performed_via_github_app": None,
+        "sub_issues_summary": hierarchy.summary(state, item),
     }
+    if not hook:
+        parent = hierarchy.parent_of(state, item)
+        out["parent_issue_url"] = f"{base}/repos/{parent.repo}/issues/{parent.number}" if parent else None
     if item.is_pull:
         pulls = f"{base}/repos/{repo.full_name}/pulls/{item.number}"
         out["pull_request"] = {

@@ -186,3 +186,25 @@ def test_reviews_and_review_comments_parse(world: World) -> None:
             OWNER, REPO, 1, body="x", commit_id=review.commit_id, path="README.md", line=1
         )
     assert off_diff.value.response.status_code == 422
+
+
+def test_sub_issues_parse(world: World) -> None:
+    """An umbrella (#1) and two tasks, linked by the tasks' ids, reordered, read back, unlinked."""
+    made = [world.post(f"/repos/{OWNER}/{REPO}/issues", {"title": f"#{n}", "user": "maria"})["id"]
+            for n in range(1, 4)]  # fmt: skip
+    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
+    parent = gh.rest.issues.add_sub_issue(OWNER, REPO, 1, sub_issue_id=made[1]).parsed_data
+    assert parent.sub_issues_summary is not None
+    assert parent.sub_issues_summary.total == 1
+    gh.rest.issues.add_sub_issue(OWNER, REPO, 1, sub_issue_id=made[2])
+    moved = gh.rest.issues.reprioritize_sub_issue(OWNER, REPO, 1, sub_issue_id=made[2], before_id=made[1])
+    assert moved.parsed_data.number == 1
+    listed = gh.rest.issues.list_sub_issues(OWNER, REPO, 1).parsed_data
+    assert [i.number for i in listed] == [3, 2]
+    up = gh.rest.issues.get_parent(OWNER, REPO, 2).parsed_data
+    assert up.id == made[0]
+    child = gh.rest.issues.get(OWNER, REPO, 2).parsed_data
+    assert child.parent_issue_url == f"{world.url}/repos/{OWNER}/{REPO}/issues/1"
+    left = gh.rest.issues.remove_sub_issue(OWNER, REPO, 1, sub_issue_id=made[1]).parsed_data
+    assert left.sub_issues_summary is not None
+    assert left.sub_issues_summary.total == 1

@@ -234,10 +234,11 @@ def test_the_vendored_schemas_hold_what_the_cutting_script_lists() -> None:
     import runpy
     from pathlib import Path
 
-    from github_schemas import FIXTURES, operations
+    from github_schemas import FIXTURES, openapi_webhooks, operations
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "github_schemas.py"
     lists = runpy.run_path(str(script), run_name="cut")  # its lists, without running main()
     assert operations() == sorted((m.upper(), p) for m, p in lists["OPERATIONS"])
+    assert openapi_webhooks() == sorted(lists["OPENAPI_WEBHOOKS"])
     definitions = json.loads((FIXTURES / "webhooks-schemas.json").read_text())["definitions"]
     assert {name.split("$", 1)[0] for name in definitions if "$" in name} == set(lists["EVENTS"])
