@@ -40,6 +40,7 @@ from emulator.rest import apps as routes_apps
 from emulator.rest import checks as routes_checks
 from emulator.rest import hooks as routes_hooks
 from emulator.rest import issues as routes_issues
+from emulator.rest import merges as routes_merges
 from emulator.rest import pulls as routes_pulls
 from emulator.rest import repos as routes_repos
 from emulator.rest import reviews as routes_reviews
@@ -55,6 +56,7 @@ API_ROUTES: list[RouteSpec] = [
     *routes_sub_issues.ROUTES,
     *routes_reviews.ROUTES,
     *routes_pulls.ROUTES,
+    *routes_merges.ROUTES,
     *routes_checks.ROUTES,
     *routes_users.ROUTES,
     *manifests.ROUTES,

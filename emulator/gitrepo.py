@@ -71,6 +71,23 @@ class GitError(Exception):
     """A git command failed; the message carries its stderr."""
 
 
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """Who authored or committed a commit, and when (epoch seconds, written as UTC)."""
+
+    name: str
+    email: str
+    timestamp: int
+
+    def env(self, role: str) -> dict[str, str]:
+        """``GIT_<role>_NAME``/``_EMAIL``/``_DATE`` (``role``: AUTHOR or COMMITTER)."""
+        return {
+            f"GIT_{role}_NAME": self.name,
+            f"GIT_{role}_EMAIL": self.email,
+            f"GIT_{role}_DATE": f"@{self.timestamp} +0000",
+        }
+
+
 @dataclass(frozen=True)
 class TreeEntry:
     mode: str
@@ -107,10 +124,13 @@ class GitRepo:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    def _run(
+        self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """One bounded ``git`` call, whatever its exit status (:meth:`_git` insists on 0)."""
         full_env = {**os.environ, **_ENV, **(env or {})}
         try:
-            done = subprocess.run(  # noqa: S603 - fixed executable, validated arguments
+            return subprocess.run(  # noqa: S603 - fixed executable, validated arguments
                 ["git", "--git-dir", str(self.path), *args],  # noqa: S607
                 input=stdin,
                 capture_output=True,
@@ -120,6 +140,9 @@ class GitRepo:
             )
         except subprocess.TimeoutExpired as exc:
             raise GitError(f"git {args[0]} timed out") from exc
+
+    def _git(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        done = self._run(*args, stdin=stdin, env=env)
         if done.returncode != 0:
             raise GitError(done.stderr.decode("utf-8", "replace").strip() or f"git {args[0]} failed")
         return done.stdout
@@ -163,10 +186,39 @@ class GitRepo:
             return None
         return out.decode().strip() or None
 
-    def set_ref(self, ref: str, sha: str) -> None:
+    def set_ref(self, ref: str, sha: str, *, old: str | None = None) -> None:
+        """Point ``ref`` at ``sha``; with ``old``, only if it still points there (else :class:`GitError`)."""
         if not ref.startswith("refs/") or not safe_ref(ref) or not _SHA.match(sha):
             raise GitError(f"bad ref update {ref} -> {sha}")
-        self._git("update-ref", ref, sha)
+        if old is not None and not _SHA.match(old):
+            raise GitError(f"bad expected value {old} for {ref}")
+        self._git("update-ref", ref, sha, *([old] if old is not None else []))
+
+    def merge_tree(self, ours: str, theirs: str) -> str | None:
+        """The tree of merging two commits (``git merge-tree --write-tree``), or None on a conflict.
+
+        Nothing changes but new objects: no ref moves, no work tree is needed.
+        """
+        if not (_SHA.match(ours) and _SHA.match(theirs)):
+            raise GitError(f"bad merge of {ours} and {theirs}")
+        done = self._run("merge-tree", "--write-tree", "--no-messages", ours, theirs)
+        if done.returncode == 1:  # conflicts: the first line is a tree with conflict markers
+            return None
+        if done.returncode != 0:
+            raise GitError(done.stderr.decode("utf-8", "replace").strip() or "git merge-tree failed")
+        return done.stdout.decode().split("\n", 1)[0].strip()
+
+    def commit_tree(
+        self, tree: str, parents: list[str], message: str, *, author: Signature, committer: Signature
+    ) -> str:
+        """A new commit object (no ref moves); the message goes in as given, through stdin."""
+        if not all(_SHA.match(sha) for sha in (tree, *parents)):
+            raise GitError(f"bad commit of {tree} on {parents}")
+        env = {**author.env("AUTHOR"), **committer.env("COMMITTER")}
+        args = [arg for parent in parents for arg in ("-p", parent)]
+        text = message if message.endswith("\n") else message + "\n"  # as git commit ends one
+        out = self._git("commit-tree", tree, *args, stdin=text.encode(), env=env)
+        return out.decode().strip()
 
     def delete_ref(self, ref: str) -> None:
         if ref.startswith("refs/") and safe_ref(ref):

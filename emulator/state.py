@@ -142,6 +142,13 @@ class Pull:
     maintainer_can_modify: bool = False
     #: full name of the repository holding ``head_ref`` when it is not ``repo`` (a fork); None: ``repo``
     head_repo: str | None = None
+    #: set by a merge (see ``emulator.merging``): when, by whom (a login), and GitHub's ``merge_commit_sha``
+    merged_at: float | None = None
+    merged_by: str | None = None
+    merge_commit_sha: str | None = None
+    #: the head and the base branch's tip as they were at the merge: a merged pull's ``head.sha``/``base.sha``
+    merged_head_sha: str | None = None
+    merged_base_sha: str | None = None
 
 
 @dataclass

@@ -58,6 +58,10 @@ OPERATIONS: list[tuple[str, str]] = [
     ("delete", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issue"),
     ("patch", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues/priority"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/parent"),
+    ("put", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
+    ("get", "/repos/{owner}/{repo}/pulls/{pull_number}/commits"),
+    ("get", "/repos/{owner}/{repo}/commits/{ref}"),
 ]
 
 #: ``x-webhooks`` entries of the OpenAPI description kept for events the community schemas lack

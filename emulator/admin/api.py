@@ -7,7 +7,8 @@ in ``github-requests.jsonl`` and never hit by faults. Errors are
 :mod:`emulator.admin.setup`, people's actions and webhooks in
 :mod:`emulator.admin.people` and :mod:`emulator.admin.changes`, forks and
 commits in :mod:`emulator.admin.repos`, reviews and comment edits in
-:mod:`emulator.admin.reviews`, sub-issues in :mod:`emulator.admin.sub_issues`; faults,
+:mod:`emulator.admin.reviews`, sub-issues in :mod:`emulator.admin.sub_issues`, merges in
+:mod:`emulator.admin.merges`; faults,
 settings and inspection are here.
 """
 
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from emulator.admin.changes import ChangesAdmin
+from emulator.admin.merges import MergesAdmin
 from emulator.admin.people import PeopleAdmin
 from emulator.admin.repos import ReposAdmin
 from emulator.admin.reviews import ReviewsAdmin
@@ -133,7 +135,7 @@ def _wrap(handler: AdminHandler, *, persist: bool = True) -> Callable[[Request],
 def routes(emu: Emulator) -> list[BaseRoute]:
     setup, people, inspect = SetupAdmin(emu), PeopleAdmin(emu), InspectAdmin(emu)
     changes, repos, reviews = ChangesAdmin(emu), ReposAdmin(emu), ReviewsAdmin(emu)
-    subs = SubIssuesAdmin(emu)
+    subs, merges = SubIssuesAdmin(emu), MergesAdmin(emu)
     table: list[tuple[str, str, AdminHandler]] = [
         ("POST", "/users", setup.create_user),
         ("POST", "/apps", setup.create_app),
@@ -161,6 +163,7 @@ def routes(emu: Emulator) -> list[BaseRoute]:
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/ready_for_review", changes.ready_for_review),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/convert_to_draft", changes.convert_to_draft),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/push", changes.push_to_pull),
+        ("POST", "/repos/{owner}/{repo}/pulls/{number}/merge", merges.merge),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/reviews", reviews.review),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/comments", reviews.comment),
         ("POST", "/repos/{owner}/{repo}/pulls/{number}/comments/{comment_id}/replies", reviews.reply),

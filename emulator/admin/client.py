@@ -169,17 +169,17 @@ class AdminClient:
         *,
         base: str | None = None,
         sender: str | None = None,
+        message: str | None = None,
     ) -> str:
         """Commit ``files`` (None deletes) onto ``branch``; returns the new commit's sha.
 
         Onto an open pull request's head branch (a fork's too) it is ``sender``'s push:
         ``push`` and ``pull_request.synchronize`` are delivered before this returns.
+        ``message`` is the commit's (default ``Update <paths>``).
         """
         body: dict[str, Any] = {"branch": branch, "files": files}
-        if base is not None:
-            body["base"] = base
-        if sender is not None:
-            body["sender"] = sender
+        extra = {"base": base, "sender": sender, "message": message}
+        body |= {key: value for key, value in extra.items() if value is not None}
         sha: str = self.call("POST", f"/repos/{full_name}/commits", body)["sha"]
         return sha
 
@@ -290,17 +290,21 @@ class AdminClient:
         base: str | None = None,
         draft: bool = False,
         head_repo: str | None = None,
+        body: str | None = None,
     ) -> dict[str, Any]:
         """``head`` is ``branch`` or ``owner:branch`` (a branch of a fork of ``full_name``);
-        ``head_repo`` names the fork when its owner has several in the network."""
-        body: dict[str, Any] = {"head": head, "user": user, "title": title}
+        ``head_repo`` names the fork when its owner has several in the network; ``body`` is the
+        pull's description."""
+        call: dict[str, Any] = {"head": head, "user": user, "title": title}
+        if body is not None:
+            call["body"] = body
         if base is not None:
-            body["base"] = base
+            call["base"] = base
         if draft:
-            body["draft"] = True
+            call["draft"] = True
         if head_repo is not None:
-            body["head_repo"] = head_repo
-        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/pulls", body)
+            call["head_repo"] = head_repo
+        result: dict[str, Any] = self.call("POST", f"/repos/{full_name}/pulls", call)
         return result
 
     def _pull_action(self, full_name: str, number: int, action: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -341,6 +345,27 @@ class AdminClient:
             body["message"] = message
         result: dict[str, Any] = self._pull_action(full_name, number, "push", body)
         return result
+
+    def merge_pull(
+        self,
+        full_name: str,
+        number: int,
+        *,
+        sender: str,
+        method: str = "merge",
+        commit_title: str | None = None,
+        commit_message: str | None = None,
+        sha: str | None = None,
+    ) -> dict[str, Any]:
+        """``sender`` (write or more) merges the pull by ``method`` (merge, squash or rebase):
+        ``push`` to the base, ``pull_request.closed`` (``merged: true``), then ``issues.closed`` for
+        the issues its closing keywords name (a merge into the default branch). GitHub's 405/409
+        refusals raise :class:`AdminCallFailed`. Answers ``sha`` (the base's new tip), ``merged``,
+        ``message``, ``deliveries``."""
+        body: dict[str, Any] = {"sender": sender, "method": method}
+        extra = {"commit_title": commit_title, "commit_message": commit_message, "sha": sha}
+        body |= {key: value for key, value in extra.items() if value is not None}
+        return self._pull_action(full_name, number, "merge", body)
 
     def review(
         self,

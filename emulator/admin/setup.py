@@ -74,6 +74,13 @@ def checked_files(body: dict[str, Any]) -> dict[str, str | None]:
     return {str(k): v for k, v in files.items()}
 
 
+def role_of(repo: Repo, login: str) -> str | None:
+    """A person's role on ``repo`` (its owner: admin), None without one; logins compare case-insensitively."""
+    if login.lower() == repo.owner.lower():
+        return "admin"
+    return next((role for name, role in repo.collaborators.items() if name.lower() == login.lower()), None)
+
+
 def canonical_repo(emu: Emulator, account: str, name: str) -> str:
     """A repository name (or ``owner/name``) of ``account``, spelled as the repository is when it exists."""
     full = name if "/" in name else f"{account}/{name}"

@@ -17,18 +17,12 @@ import re
 from typing import Any
 
 from emulator import hierarchy, sub_issuing, webhooks
-from emulator.admin.setup import LOGIN, AdminBase, AdminError, ensure_user, need_str
+from emulator.admin.setup import LOGIN, AdminBase, AdminError, ensure_user, need_str, role_of
 from emulator.state import Delivery, Issue, Repo
 
 _REFERENCE = re.compile(r"^([A-Za-z0-9\-]+)/([A-Za-z0-9_.\-]+)#(\d+)$")
 #: Roles strongest first; a person needs at least triage to change sub-issues (GitHub's docs).
 _ROLES = ("admin", "maintain", "write", "triage")
-
-
-def _role(repo: Repo, login: str) -> str | None:
-    if login.lower() == repo.owner.lower():
-        return "admin"
-    return next((role for name, role in repo.collaborators.items() if name.lower() == login.lower()), None)
 
 
 class SubIssuesAdmin(AdminBase):
@@ -47,7 +41,7 @@ class SubIssuesAdmin(AdminBase):
         login = ensure_user(self.emu, need_str(body, "sender", LOGIN)).login
         for item in items:
             repo = self.emu.state.repos[item.repo]
-            if _role(repo, login) not in _ROLES:
+            if role_of(repo, login) not in _ROLES:
                 raise AdminError(
                     403,
                     f"{login} needs triage or more on {repo.full_name} to change sub-issues "

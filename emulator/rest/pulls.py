@@ -1,5 +1,7 @@
 """Pull requests: create (→ ``pull_request.opened``), get, list, update, changed files, commits.
 
+Merging is :mod:`emulator.merging` (its REST paths :mod:`emulator.rest.merges`).
+
 Also the changes only a person makes here (draft ↔ ready for review, and the
 checks GitHub runs before reopening); closing and reopening go through
 :func:`emulator.rest.issues.change_state`, as on GitHub. The single-commit
@@ -47,7 +49,10 @@ def pull_shas(emu: Emulator, repo: Repo, pull: Pull) -> tuple[str, str]:
 
     An open pull's ``refs/pull/<n>/head`` is brought up to the head first, so
     a state written before the ref existed (or a move no push announced) heals here.
+    A merged pull keeps the two as they were at the merge (its commits and files stay listed).
     """
+    if pull.merged and pull.merged_head_sha and pull.merged_base_sha:
+        return pull.merged_head_sha, pull.merged_base_sha
     git = emu.git(repo)
     head_repo = emu.state.pull_head_repo(pull)
     head = emu.git(head_repo).branch_sha(pull.head_ref) if head_repo is not None else None
@@ -139,7 +144,14 @@ def _refuse_duplicate(
 
 
 def check_reopenable(emu: Emulator, repo: Repo, pull: Pull) -> None:
-    """GitHub refuses to reopen a pull whose head branch is gone, or that would duplicate an open one."""
+    """GitHub refuses to reopen a merged pull, one whose head branch is gone, or one that would
+    duplicate an open one."""
+    if pull.merged:
+        message = "state cannot be changed. The pull request cannot be reopened."
+        raise validation_failed(
+            [{"resource": "PullRequest", "code": "custom", "field": "state", "message": message}],
+            _UPDATE_DOCS,
+        )
     head_repo = emu.state.pull_head_repo(pull)
     if head_repo is None or emu.git(head_repo).branch_sha(pull.head_ref) is None:
         message = f"state cannot be changed. The {pull.head_ref} branch has been deleted."

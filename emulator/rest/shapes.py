@@ -20,6 +20,10 @@ from emulator.types import JSONObject
 MAX_INLINE_CONTENT = 1024 * 1024
 #: ``[<id>+]<login>@users.noreply.github.com``: the address GitHub links back to an account.
 _NOREPLY = re.compile(r"^(?:(\d+)\+)?([^@+]+)@users\.noreply\.github\.com$", re.IGNORECASE)
+#: GitHub's own account, the committer of what GitHub commits on the web (merges made there included),
+#: and its address.
+WEB_FLOW = User(id=19864447, login="web-flow")
+WEB_FLOW_EMAIL = "noreply@github.com"
 
 
 def node_id(kind: str, ident: int) -> str:
@@ -349,8 +353,11 @@ def user_for_email(state: State, email: str) -> User | None:
     """The account GitHub credits a commit to: a noreply address (an App's bot too) or a known email.
 
     A noreply address with an id must carry the account's own id, as GitHub
-    checks; anything else stays unlinked (``author: null``).
+    checks; GitHub's own ``noreply@github.com`` is its ``web-flow`` account; anything else stays
+    unlinked (``author: null``).
     """
+    if email.lower() == WEB_FLOW_EMAIL:
+        return state.user(WEB_FLOW.login) or WEB_FLOW
     match = _NOREPLY.match(email)
     if match is None:
         lowered = email.lower()

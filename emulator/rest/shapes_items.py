@@ -97,6 +97,8 @@ def issue(base: str, state: State, repo: Repo, item: Issue, *, hook: bool = Fals
             "merged_at": None,
         }
         pull = state.pull(repo.full_name, item.number)
+        if pull is not None and pull.merged_at is not None:
+            out["pull_request"]["merged_at"] = iso(pull.merged_at)
         out["draft"] = pull.draft if pull is not None else False
     return out
 
@@ -176,8 +178,8 @@ def pull_request(
         "created_at": iso(item.created_at),
         "updated_at": iso(item.updated_at),
         "closed_at": iso(item.closed_at) if item.closed_at else None,
-        "merged_at": None,
-        "merge_commit_sha": None,
+        "merged_at": iso(pull.merged_at) if pull.merged_at is not None else None,
+        "merge_commit_sha": pull.merge_commit_sha,
         "assignee": None,
         "assignees": [],
         "requested_reviewers": [],
@@ -213,7 +215,7 @@ def pull_request(
         "mergeable": None,
         "rebaseable": None,
         "mergeable_state": "unknown",
-        "merged_by": None,
+        "merged_by": account(base, state, pull.merged_by) if pull.merged_by else None,
         "comments": sum(
             1 for c in state.comments.values() if c.repo == repo.full_name and c.issue_number == pull.number
         ),

@@ -208,3 +208,33 @@ def test_sub_issues_parse(world: World) -> None:
     left = gh.rest.issues.remove_sub_issue(OWNER, REPO, 1, sub_issue_id=made[1]).parsed_data
     assert left.sub_issues_summary is not None
     assert left.sub_issues_summary.total == 1
+
+
+def test_merges_parse(world: World) -> None:
+    """A pull merged by squash through githubkit, then read back as merged."""
+    world.post(f"/repos/{OWNER}/{REPO}/commits", {"branch": "agent/3", "files": {"src/m.py": "m = 1\n"}})
+    gh = GitHub(TokenAuthStrategy(world.token()), base_url=world.url)
+    pull = gh.rest.pulls.create(OWNER, REPO, title="Agent PR", head="agent/3", base="main").parsed_data
+    with pytest.raises(RequestFailed) as not_yet:
+        gh.rest.pulls.check_if_merged(OWNER, REPO, pull.number)
+    assert not_yet.value.response.status_code == 404
+    result = gh.rest.pulls.merge(
+        OWNER, REPO, pull.number, merge_method="squash", sha=pull.head.sha
+    ).parsed_data
+    assert result.merged is True
+    assert result.message == "Pull Request successfully merged"
+    assert gh.rest.pulls.check_if_merged(OWNER, REPO, pull.number).status_code == 204
+    answer = gh.rest.pulls.get(OWNER, REPO, pull.number)
+    merged = answer.parsed_data
+    assert (merged.state, merged.merged) == ("closed", True)
+    assert answer.json()["merge_commit_sha"] == result.sha  # githubkit's 2026-03-10 model has no such field
+    assert merged.merged_by is not None
+    assert merged.merged_by.login == "baton-test[bot]"
+    assert merged.merged_at is not None
+    commit = gh.rest.repos.get_commit(OWNER, REPO, result.sha).parsed_data
+    assert commit.committer is not None
+    assert commit.committer.login == "web-flow"  # type: ignore[union-attr]
+    assert gh.rest.repos.get_branch(OWNER, REPO, "main").parsed_data.commit.sha == result.sha
+    with pytest.raises(RequestFailed) as again:
+        gh.rest.pulls.merge(OWNER, REPO, pull.number)
+    assert again.value.response.status_code == 405
