@@ -31,7 +31,8 @@ import redis
 from githubkit import GitHub
 
 from baton import keys
-from baton.tasks import Task
+from baton.tasks import Sender, Task
+from worker import audit
 from worker.context import Context
 from worker.github import api
 from worker.github.limits import MAX_SUB_ISSUES
@@ -105,6 +106,20 @@ def _save(client: redis.Redis, repo_id: int, umbrella: Umbrella) -> None:
         for sub in umbrella.subs.values():
             pipe.set(parent_key(repo_id, sub), str(umbrella.number), ex=RECORD_TTL_S)
         pipe.execute()
+
+
+def delegated(ctx: Context, task: Task, bot_login: str) -> Task:
+    """A label Baton's own bot put on a sub-issue it split: the task, as asked by the person who split
+    the umbrella (for that agent). Any other task is returned as it is (a bot, refused as usual)."""
+    repo, _ = where(task)
+    if task.number is None or task.sender.login != bot_login:
+        return task
+    umbrella = parent_of(ctx.redis, repo.id, task.number)
+    if umbrella is None or umbrella.agent != task.agent or task.number not in umbrella.subs.values():
+        return task
+    audit.note(ctx.redis, task.installation_id, task.id, "delegated", by=bot_login, to=umbrella.split_by,
+               umbrella=umbrella.number)  # fmt: skip
+    return dataclasses.replace(task, sender=Sender(umbrella.split_by, "User"))
 
 
 # -- the split itself ----------------------------------------------------------------------------------
