@@ -107,6 +107,9 @@ UMBRELLA_OF_PREFIX = "baton:umbrella-of:"
 UMBRELLA_PULL_PREFIX = "baton:umbrella-pull:"
 #: + repo id : umbrella issue number -> the refresh writing its table; worker.umbrella.table; 30 s.
 UMBRELLA_LOCK_PREFIX = "baton:umbrella-lock:"
+#: + repo id : umbrella issue number -> the run verifying its siblings and publishing; worker.umbrella.verify;
+#: 30 s, renewed while held.
+UMBRELLA_VERIFY_PREFIX = "baton:umbrella-verify:"
 
 # -- Admission evidence (worker.handlers, worker.replay): read back by `baton replay`.
 

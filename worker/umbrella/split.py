@@ -100,7 +100,8 @@ def parent_of(client: redis.Redis, repo_id: int, sub: int) -> Umbrella | None:
     return load(client, repo_id, int(raw)) if raw else None
 
 
-def _save(client: redis.Redis, repo_id: int, umbrella: Umbrella) -> None:
+def store(client: redis.Redis, repo_id: int, umbrella: Umbrella) -> None:
+    """Keep the umbrella's record, and each sub-issue's way back to it."""
     with client.pipeline(transaction=True) as pipe:
         pipe.set(umbrella_key(repo_id, umbrella.number), umbrella.to_json(), ex=RECORD_TTL_S)
         for sub in umbrella.subs.values():
@@ -162,7 +163,7 @@ def split(ctx: Context, task: Task, *, agent: str, offline: bool, bot_login: str
     for index, (number, _) in existing.items():
         subs.setdefault(index, number)
     umbrella = Umbrella(task.number, task.sender.login, agent, offline, task.id, task.received_at, subs)
-    _save(ctx.redis, repo.id, umbrella)  # before any label: the labelled runs act for this person
+    store(ctx.redis, repo.id, umbrella)  # before any label: the labelled runs act for this person
     made: list[int] = []
     skipped: list[str] = []
     lost: dict[str, tuple[int, int]] | None = None  # issues a lost create may have made, read once
@@ -181,7 +182,7 @@ def split(ctx: Context, task: Task, *, agent: str, offline: bool, bot_login: str
                                                                            index=item.index)))  # fmt: skip
         subs[item.index] = number
         umbrella = dataclasses.replace(umbrella, subs=dict(subs))
-        _save(ctx.redis, repo.id, umbrella)
+        store(ctx.redis, repo.id, umbrella)
         made.append(number)
     ticked = {i.index for i in items if i.ticked}
     for index, number in sorted(subs.items()):
@@ -210,8 +211,8 @@ def _make(
     """One sub-issue for ``item`` (unless a create whose answer was lost ``made`` it), added to the
     umbrella."""
     if made is None:
-        cut = " ".join(item.text.split())
-        title = f"#{umbrella} item {item.index}: {cut}"[:MAX_TITLE_CHARS]
+        first = " ".join(item.title.split())
+        title = f"#{umbrella} item {item.index}: {first}"[:MAX_TITLE_CHARS]
         created = api.request(gh, "POST", base, json={"title": title, "body": sub_issue_body(umbrella, item)})
         made = (int(created["number"]), int(created["id"]))
     number, issue_id = made

@@ -1,20 +1,21 @@
 """The task list of an issue's body, as GitHub renders it: what a split makes sub-issues of.
 
 An item is a top-level list line starting with a task box: ``- [ ] text`` (``*``, ``+`` or ``1.``
-for the bullet; ``[x]`` or ``[X]`` when ticked). Lines inside fenced code blocks are not items
-(GitHub does not render them as boxes), nor are nested items (a sub-item is part of its parent's
-unit of work, not a unit of its own). The text is untrusted: it is quoted to the sub-issue and to
-the agent, never branched on. Pure.
+for the bullet; ``[x]`` or ``[X]`` when ticked), with the lines indented under it (its details, a
+code block, sub-items: part of its unit of work, not units of their own). Lines inside a top-level
+fenced code block are not items (GitHub does not render them as boxes). The text is untrusted: it
+is quoted to the sub-issue and to the agent, never branched on. Pure.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 _ITEM = re.compile(r"(?:[-*+]|[0-9]{1,9}[.)]) \[( |x|X)\] (.*)")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-#: Characters of an item kept (GitHub caps an issue title at 256; the body keeps the whole line).
+#: Characters of an item kept (its title is cut to GitHub's 256; the sub-issue's body keeps this much).
 MAX_ITEM_CHARS = 4_000
 
 
@@ -26,12 +27,22 @@ class Item:
     text: str
     ticked: bool
 
+    @property
+    def title(self) -> str:
+        """Its first line."""
+        return self.text.split("\n", 1)[0]
+
 
 def items(body: str | None) -> list[Item]:
-    """The top-level task-list items of ``body``, in order."""
-    found: list[Item] = []
+    """The top-level task-list items of ``body``, in order, each with the lines indented under it."""
+    found: list[tuple[str, bool, list[str]]] = []
     fence: str | None = None
+    under: list[str] | None = None  # the lines of the item being read
     for line in (body or "").replace("\r\n", "\n").split("\n"):
+        if under is not None and (line.startswith(("  ", "\t")) or not line.strip()):
+            under.append(line)
+            continue
+        under = None
         opened = _FENCE.match(line)
         if fence is not None:
             if opened is not None and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
@@ -43,5 +54,11 @@ def items(body: str | None) -> list[Item]:
         match = _ITEM.fullmatch(line.rstrip())
         if match is None or not match.group(2).strip():
             continue
-        found.append(Item(len(found) + 1, match.group(2).strip()[:MAX_ITEM_CHARS], match.group(1) != " "))
-    return found
+        under = []
+        found.append((match.group(2).strip(), match.group(1) != " ", under))
+    out = []
+    for index, (first, ticked, rest) in enumerate(found, start=1):
+        details = textwrap.dedent("\n".join(rest)).strip("\n")
+        text = f"{first}\n{details}" if details else first
+        out.append(Item(index, text[:MAX_ITEM_CHARS], ticked))
+    return out

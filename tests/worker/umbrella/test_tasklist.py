@@ -27,14 +27,17 @@ Ship the widgets rework.
 """
 
 
-def test_the_top_level_boxes_in_order_ticked_or_not() -> None:
+def test_the_top_level_boxes_in_order_ticked_or_not_with_what_is_indented_under_them() -> None:
     assert items(BODY) == [
         Item(1, "Rename `spin` to `rotate`", False),
         Item(2, "Drop Python 3.9", True),
-        Item(3, "Document the new API", False),
+        Item(3, "Document the new API\n- [ ] a nested step is part of its parent", False),
         Item(4, "Bump the version", True),
         Item(5, "Update the changelog", False),
     ]
+    [item] = items('- [ ] Add a page\n\n  ```json\n  {"a": 1}\n  ```\nAfter the list.\n')
+    assert item.text == 'Add a page\n```json\n{"a": 1}\n```'
+    assert item.title == "Add a page"
 
 
 def test_no_body_no_items_and_long_items_are_cut() -> None:
