@@ -78,3 +78,37 @@ def test_a_five_item_umbrella_becomes_five_sub_issues_and_five_pull_requests(sta
     again = stage.comment(umbrella, "/baton split script", user="maria")
     assert again["state"] == "done"
     assert len(_get(stage, f"/issues/{umbrella}/sub_issues")) == 5
+
+
+def _split_and_labels(stage: Stage, count: int) -> tuple[int, list[dict[str, Any]]]:
+    umbrella = _umbrella(stage, [_item(n) for n in range(1, count + 1)])
+    assert stage.comment(umbrella, "/baton split script", user="maria")["state"] == "done"
+    labelled = [d for d in stage.admin.call("GET", "/state")["deliveries"]
+                if d["event"] == "issues" and d.get("action") == "labeled"]  # fmt: skip
+    return umbrella, labelled
+
+
+def _run(stage: Stage, delivery: dict[str, Any]) -> dict[str, str]:
+    admitted = stage.run(delivery)
+    assert admitted["state"] == "queued", admitted
+    return stage.run_agent(admitted["task_id"])
+
+
+def test_a_sibling_claiming_done_whose_merge_gate_is_no_longer_success_is_rejected(stage: Stage) -> None:
+    umbrella, (first, second) = _split_and_labels(stage, 2)
+    assert _run(stage, first)["state"] == "pr_opened"
+    [pull] = _get(stage, "/pulls", state="open")
+    gated = [d for d in stage.admin.call("GET", "/state")["deliveries"]
+             if d["event"] == "pull_request" and d.get("action") == "opened"]  # fmt: skip
+    assert stage.run(gated[-1])["state"] == "done"  # baton/merge-gate: success on that head
+    sub = int(pull["head"]["ref"].rsplit("-", 1)[1])
+    pushed = stage.admin.push_to_pull(world.REPO, pull["number"], {"extra.txt": "by hand\n"}, sender="wes")
+    stage.admin.close_issue(world.REPO, sub, sender="maria")  # it claims to be done; its new head is unjudged
+
+    assert _run(stage, second)["state"] == "pr_opened"  # the rejected claim delivers nothing, stops nothing
+    recorded = umbrella_split.load(stage.rdb, _get(stage, "")["id"], umbrella)
+    assert recorded is not None
+    note = (f"claim rejected: pull request #{pull['number']} is not merged and its merge gate is none on "
+            f"{pushed['sha'][:12]}")  # fmt: skip
+    assert recorded.notes[sub] == note
+    assert note in _status(stage, umbrella)  # the umbrella's table names the signal that failed
