@@ -3,13 +3,18 @@ labelled, each run on its own as the person who split, and the umbrella's table 
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from typing import Any
 
 import orjson
 
 from emulator import world
 from tests.worker.conftest import Stage
+from worker import lifecycle
 from worker.github import api
+from worker.runs import admit
 from worker.umbrella import split as umbrella_split
 
 
@@ -112,3 +117,79 @@ def test_a_sibling_claiming_done_whose_merge_gate_is_no_longer_success_is_reject
             f"{pushed['sha'][:12]}")  # fmt: skip
     assert recorded.notes[sub] == note
     assert note in _status(stage, umbrella)  # the umbrella's table names the signal that failed
+
+
+def _steps_item(n: int, steps: list[dict[str, Any]]) -> str:
+    return f"- [ ] part {n}\n\n  ```baton-recipe\n  {orjson.dumps({'steps': steps}).decode()}\n  ```"
+
+
+def _labels(stage: Stage) -> list[dict[str, Any]]:
+    return [d for d in stage.admin.call("GET", "/state")["deliveries"]
+            if d["event"] == "issues" and d.get("action") == "labeled"]  # fmt: skip
+
+
+def _working(stage: Stage, task_id: str) -> bool:
+    return any(
+        "Working on it" in c["body"] for c in stage.admin.comments() if f"task `{task_id}`" in c["body"]
+    )
+
+
+def _git(stage: Stage, *args: str) -> str:
+    bare = stage.server.directory / "repos" / f"{world.REPO}.git"
+    return subprocess.run(["git", "-C", str(bare), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_sibling_merged_mid_run_onto_the_same_file_makes_the_run_move_its_change_and_verify_again(
+    stage: Stage,
+) -> None:
+    stage.admin.commit(world.REPO, "main", {"shared.txt": "one\ntwo\nthree\n"})
+    top = [{"op": "write", "path": "shared.txt", "content": "zero\none\ntwo\nthree\n"}]
+    bottom = [{"op": "sleep", "seconds": 2}, {"op": "append", "path": "shared.txt", "content": "four\n"}]
+    umbrella = _umbrella(stage, [_steps_item(1, top), _steps_item(2, bottom)])
+    assert stage.comment(umbrella, "/baton split script", user="maria")["state"] == "done"
+    first, second = _labels(stage)
+    assert _run(stage, first)["state"] == "pr_opened"
+    [pull] = _get(stage, "/pulls", state="open")
+    admitted = stage.run(second)
+    ran: dict[str, dict[str, str]] = {}
+    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
+    worker.start()
+    deadline = time.monotonic() + 60  # until its agent works in the box, on the old base
+    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
+        time.sleep(0.05)
+    merged = stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")  # the base moves mid-run
+    worker.join(timeout=120)
+    assert ran["done"]["state"] == "pr_opened", ran
+    head = str(lifecycle.field(stage.rdb, admitted["task_id"], "head_sha"))
+    base_now = _git(stage, "rev-parse", "main").strip()
+    assert merged["sha"] == base_now
+    assert _git(stage, "log", "-1", "--format=%P", head).split() == [base_now]  # moved onto the new base
+    assert _git(stage, "show", f"{head}:shared.txt") == "zero\none\ntwo\nthree\nfour\n"
+    record = orjson.loads(stage.rdb.get(admit.RECORD_PREFIX + admitted["task_id"]) or b"{}")
+    assert (record["base"], record["commit"]) == (base_now, head)
+
+
+def test_a_sub_issue_a_merged_sibling_already_delivered_is_handed_off_without_a_run(stage: Stage) -> None:
+    umbrella = _umbrella(stage, [_item(1), _item(2)])
+    assert stage.comment(umbrella, "/baton split script", user="maria")["state"] == "done"
+    first, second = _labels(stage)
+    assert _run(stage, first)["state"] == "pr_opened"
+    [pull] = _get(stage, "/pulls", state="open")
+    subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
+    assert stage.ctx.github is not None
+    gh = stage.ctx.github.for_repository(stage.world.installation_id, world.REPO, "pull-request")
+    api.request(
+        gh,
+        "PATCH",
+        f"/repos/{world.REPO}/pulls/{pull['number']}",
+        json={"body": f"{pull['body']}\n\nFixes #{subs[1]}"},
+    )  # it delivers its sibling's part too
+    stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")
+    assert _get(stage, f"/issues/{subs[1]}")["state"] == "closed"
+    done = stage.run(second)
+    if done["state"] == "queued":
+        done = stage.run_agent(done["task_id"])
+    assert done["state"] == "done", done
+    said = _status(stage, subs[1])
+    assert f"no changes needed: delivered by #{pull['number']}" in said
+    assert "Box:" not in said  # no agent was started
