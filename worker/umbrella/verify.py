@@ -235,8 +235,9 @@ def _moved(mirror: Mirror, record: Record, base_now: str) -> tuple[list[str], st
             return [], git.rev(commit, "tree")
         out = git.run("diff", "--name-only", "-z", "--no-renames", started, base_now)
         moved = [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
-        code, merged, _ = git.call("merge-tree", "--write-tree", "--no-messages", f"--merge-base={started}",
-                                   base_now, commit)  # fmt: skip
+        # Their merge base is ``started`` (the run's commit descends from it, and so does the base now);
+        # git 2.39 has no --merge-base to say so.
+        code, merged, _ = git.call("merge-tree", "--write-tree", "--no-messages", base_now, commit)
     return moved, merged.decode().split("\n", 1)[0].strip() if code == 0 else None
 
 
