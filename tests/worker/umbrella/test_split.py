@@ -191,5 +191,29 @@ def test_a_sub_issue_a_merged_sibling_already_delivered_is_handed_off_without_a_
         done = stage.run_agent(done["task_id"])
     assert done["state"] == "done", done
     said = _status(stage, subs[1])
-    assert f"no changes needed: delivered by #{pull['number']}" in said
+    assert f"No changes needed: delivered by #{pull['number']}" in said
     assert "Box:" not in said  # no agent was started
+
+
+def test_a_change_a_sibling_delivered_mid_run_is_not_pushed_again(stage: Stage) -> None:
+    same = [{"op": "write", "path": "shared.txt", "content": "the same change\n"}]
+    umbrella = _umbrella(
+        stage, [_steps_item(1, same), _steps_item(2, [{"op": "sleep", "seconds": 2}, *same])]
+    )
+    assert stage.comment(umbrella, "/baton split script", user="maria")["state"] == "done"
+    first, second = _labels(stage)
+    assert _run(stage, first)["state"] == "pr_opened"
+    [pull] = _get(stage, "/pulls", state="open")
+    admitted = stage.run(second)
+    ran: dict[str, dict[str, str]] = {}
+    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
+        time.sleep(0.05)
+    stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")
+    worker.join(timeout=120)
+    assert ran["done"]["state"] == "done", ran
+    subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
+    assert f"No changes needed: delivered by #{pull['number']}" in _status(stage, subs[1])
+    assert len(_get(stage, "/pulls", state="all")) == 1  # no branch pushed, no second pull request
