@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,10 @@ from worker.umbrella.split import Umbrella, load
 
 log = logging.getLogger("baton.umbrella")
 
-#: A refresh holds the umbrella's table for at most this long (its GitHub reads are time-bounded).
+#: A refresh holds the umbrella's table for at most this long (its GitHub reads are time-bounded);
+#: the next waits this long for it.
 LOCK_MS = 30_000
+WAIT_S = 30.0
 #: Rows' titles are the sub-issues' (the items' text): quoted, and cut this short.
 TITLE_CHARS = 80
 
@@ -134,16 +137,20 @@ def _run_state(client: redis.Redis, repo_id: int, number: int) -> str:
 def refresh(
     app: GitHubApp, cache: redis.Redis, app_id: int | None, pub_repo: tuple[str, int, int], number: int,
 ) -> str | None:  # fmt: skip
-    """Read the umbrella's rows now and write its table; best effort (the next change writes it again).
-    ``pub_repo``: (full name, repository id, installation). None: ``number`` is no umbrella, or
-    another refresh holds it (and reads after this change anyway)."""
+    """Read the umbrella's rows now and write its table, after any refresh in progress (which may
+    have read before this change); best effort: the next change writes it again. ``pub_repo``: (full
+    name, repository id, installation). None: ``number`` is no umbrella, or the table stayed held."""
     full_name, repo_id, installation = pub_repo
     umbrella = load(cache, repo_id, number)
     if umbrella is None:
         return None
     lock, token = f"{keys.UMBRELLA_LOCK_PREFIX}{repo_id}:{number}", secrets.token_hex(8)
-    if not locks.take(cache, lock, token, LOCK_MS):
-        return None
+    deadline = time.monotonic() + WAIT_S
+    while not locks.take(cache, lock, token, LOCK_MS):  # another refresh may have read before this change
+        if time.monotonic() > deadline:
+            log.warning("umbrella table not written now: another refresh holds it", extra={"issue": number})
+            return None
+        time.sleep(0.1)
     try:
         gh = app.for_repository(installation, full_name, "umbrella")
         rows = gather(cache, gh, full_name, umbrella, repo_id=repo_id)
