@@ -96,6 +96,21 @@ LINES_KEY = "baton:lines"
 #: + App id -> JSON [login, email] of the App's bot user; worker.runs.identity; 1 day.
 APP_BOT_PREFIX = "baton:app-bot:"
 
+# -- Umbrella issues (worker.umbrella).
+
+#: + repo id : umbrella issue number -> JSON {split_by, agent, task_id, subs: {item: sub-issue}};
+#: worker.umbrella.split; 90 days.
+UMBRELLA_PREFIX = "baton:umbrella:"
+#: + repo id : sub-issue number -> the umbrella's number; worker.umbrella.split; 90 days.
+UMBRELLA_OF_PREFIX = "baton:umbrella-of:"
+#: + repo id : pull request number -> the sub-issue it was opened for; worker.runs.pull_request; 90 days.
+UMBRELLA_PULL_PREFIX = "baton:umbrella-pull:"
+#: + repo id : umbrella issue number -> the refresh writing its table; worker.umbrella.table; 30 s.
+UMBRELLA_LOCK_PREFIX = "baton:umbrella-lock:"
+#: + repo id : umbrella issue number -> the run verifying its siblings and publishing; worker.umbrella.verify;
+#: 30 s, renewed while held.
+UMBRELLA_VERIFY_PREFIX = "baton:umbrella-verify:"
+
 # -- Admission evidence (worker.handlers, worker.replay): read back by `baton replay`.
 
 #: + task id -> the admission decision (JSON); worker.handlers; 90 days.

@@ -80,9 +80,10 @@ class Sender:
 class Command:
     """A parsed `/baton …` line. ``error`` is set when the line did not parse."""
 
-    name: str  # "run", "cancel", "retry", "iterate" or "invalid"
+    name: str  # "run", "cancel", "retry", "split", "iterate" or "invalid"
     #: For "run": the agent named; None when the person called Baton by name (`@<app-slug> ...`):
     #: then the policy's ``trigger.default_agent`` runs, with the instruction (``Untrusted``).
+    #: For "split": the agent each sub-issue is labelled for; None: the umbrella's own.
     agent: str | None = None
     offline: bool = False
     error: str | None = None

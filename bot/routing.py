@@ -37,7 +37,7 @@ AGENT_LABEL_PREFIX = "agent:"
 #: What `/baton run` or `/baton retry` on a pull request is answered with.
 PULL_USAGE = (
     "on a pull request, write what to change (`/baton <what to change>`) or `/baton cancel`; "
-    "`/baton run` and `/baton retry` belong on the issue"
+    "`/baton run`, `/baton retry` and `/baton split` belong on the issue"
 )
 #: An agent name Baton will act on (and ever quote back): the policy's own pattern. Anything else
 #: in a label or a `/baton run` is not a request to Baton, so it is ignored, not answered.
@@ -189,12 +189,18 @@ def parse_command(body: str) -> Command | None:
     if not first.startswith(COMMAND_PREFIX):
         return None
     words = first[len(COMMAND_PREFIX) :].split()
-    usage = "usage: /baton run <agent> [--offline] | /baton cancel | /baton retry"
+    usage = "usage: /baton run <agent> [--offline] | /baton cancel | /baton retry | /baton split [<agent>]"
     if not words:
         return Command("invalid", error=usage)
     name, rest = words[0], words[1:]
     if name in ("cancel", "retry"):
         return Command(name) if not rest else Command("invalid", error=f"/baton {name} takes no arguments")
+    if name == "split":
+        if len(rest) > 1:
+            return Command("invalid", error="usage: /baton split [<agent>]")
+        if rest and not AGENT_NAME.fullmatch(rest[0]):
+            return None  # not an agent name: not a request Baton answers
+        return Command("split", agent=rest[0] if rest else None)
     if name == "run":
         flags = [w for w in rest if w.startswith("--")]
         args = [w for w in rest if not w.startswith("--")]
@@ -221,7 +227,7 @@ def _comment_created(payload: Payload, me: Me) -> Routed | Ignored:
     if command is not None and command.name == "invalid" and on_pull:  # not a verb: what to change
         called = body[len(COMMAND_PREFIX) :].strip() or None
         command = None
-    elif command is not None and command.name in ("run", "retry") and on_pull:
+    elif command is not None and command.name in ("run", "retry", "split") and on_pull:
         # A run is an issue's: on a pull request it would make a branch and a pull request for a pull.
         command = Command("invalid", error=PULL_USAGE)
     if command is None and called is None:

@@ -78,6 +78,38 @@ def review_answered(demo: Demo) -> Result:
     )
 
 
+def umbrella_split(demo: Demo) -> Result:
+    """A broad issue written as a task list, split: one sub-issue and one pull request per open item,
+    each verified against its siblings before it is published, the umbrella's table following them."""
+
+    def item(n: int) -> str:
+        steps = {"steps": [{"op": "write", "path": f"docs/part-{n}.md", "content": f"Part {n}\n"}]}
+        return f"- [ ] Write part {n}\n\n  ```baton-recipe\n  {json.dumps(steps)}\n  ```"
+
+    body = "Write the guide.\n\n" + "\n".join([item(1), item(2), "- [x] Pick a title"]) + "\n"
+    number = int(demo.admin.create_issue(world.REPO, title="The guide", user="maria", body=body)["number"])
+    before = len(demo.admin.call("GET", "/state")["deliveries"])
+    split = demo.admin.comment(world.REPO, number, "/baton split script", user="maria")["deliveries"][-1]
+    state = demo.wait(split["guid"])
+    labels = [d["guid"] for d in demo.admin.call("GET", "/state")["deliveries"][before:]
+              if d["event"] == "issues" and d.get("action") == "labeled"]  # fmt: skip
+    runs = [demo.wait(guid) for guid in labels]
+    subs = [i for i in demo.admin.call("GET", "/state")["issues"]
+            if i["title"].startswith(f"#{number} item") and not i.get("is_pull")]  # fmt: skip
+    pulls = [p for s in subs for p in demo.pulls(int(s["number"]))]
+    comment = demo.status_comment(number)
+    table = (
+        comment is not None
+        and "Split into sub-issues" in comment["body"]
+        and comment["body"].count("(open)") == 2
+    )
+    return (
+        "two sub-issues (the ticked item left out), each a pull request, the umbrella's table with both",
+        f"{state}, {len(subs)} sub-issues, runs {runs}, {len(pulls)} PRs, {'table' if table else 'no table'}",
+        (state == "done" and len(subs) == 2 and runs == ["pr_opened"] * 2 and len(pulls) == 2 and table),
+    )
+
+
 def workflow_edit_refused(demo: Demo) -> Result:
     recipe = {"steps": [{"op": "write", "path": ".github/workflows/ci.yml", "content": "on: push\n"}]}
     number = demo.issue("Speed up CI", "maria", recipe)
@@ -537,6 +569,7 @@ Scenario = tuple[str, Callable[[Demo], Result]]
 BEFORE_REAL_CLIS: list[Scenario] = [
     ("maintainer labels an issue agent:script", maintainer_labels),
     ("a maintainer reviews Baton's pull request", review_answered),
+    ("an umbrella issue split into sub-issues", umbrella_split),
     ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
     ("a run over its daily budget", over_budget),
     ("two labels where the second waits its turn", second_waits_its_turn),

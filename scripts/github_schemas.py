@@ -52,6 +52,8 @@ OPERATIONS: list[tuple[str, str]] = [
     ("get", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
     ("patch", "/repos/{owner}/{repo}/pulls/comments/{comment_id}"),
     ("post", "/repos/{owner}/{repo}/pulls/{pull_number}/comments/{comment_id}/replies"),
+    ("get", "/repos/{owner}/{repo}/issues"),
+    ("post", "/repos/{owner}/{repo}/issues"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),
     ("post", "/repos/{owner}/{repo}/issues/{issue_number}/sub_issues"),

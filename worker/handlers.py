@@ -49,6 +49,8 @@ from worker.runs import cancel as stopping
 from worker.runs.identity import bot_identity
 from worker.status import Status
 from worker.trigger import NOT_LOOKED_UP, authorised, permission, unauthorised, where
+from worker.umbrella import split as umbrella_split
+from worker.umbrella import table as umbrella_table
 
 log = logging.getLogger("baton.handlers")
 
@@ -234,6 +236,44 @@ def _answer(task: Task, message: str) -> Result:
     return Result(State.DONE, f"iteration answered: {message}", answer)
 
 
+# -- umbrella issues ------------------------------------------------------------------------------
+
+
+def label_run(ctx: Context, task: Task) -> Decided:
+    """`agent:<name>` added to an issue. Added by Baton's own bot to a sub-issue it split off an
+    umbrella, it runs for the person who split it (``worker.umbrella.split.delegated``), whose
+    permission is then checked now like anyone's: the bot is never the one trusted."""
+    if task.sender.is_bot:
+        task = umbrella_split.delegated(ctx, task, bot_identity(ctx, task)[0])
+    return agent_run(ctx, task, task.agent or "")
+
+
+def split_umbrella(ctx: Context, task: Task, found: Permission | None) -> Result:
+    """`/baton split [<agent>]`: the issue's open task-list items become sub-issues, each labelled for
+    the agent (named, else the policy's ``trigger.default_agent``) and run on its own; the issue's
+    status comment becomes their table (``worker.umbrella``)."""
+    who = authorised(ctx, task, found, tell_policy=False, tell_refusal=not task.sender.is_bot)
+    if isinstance(who, Result):
+        return who
+    repo, installation = where(task)
+    policy = who.loaded.merged.policy
+    agent = (task.command.agent if task.command else None) or policy.trigger.default_agent
+    if agent is None:
+        return _reply(ctx, task, found, "name the agent for the sub-issues (`/baton split <agent>`): this "
+                                        "repository's policy has no `trigger.default_agent`.")  # fmt: skip
+    if agent not in policy.agents:
+        known = ", ".join(inert(a) for a in sorted(policy.agents)) or "none"
+        return _reply(ctx, task, found, f"{inert(agent)} is not an agent this repository's policy allows "
+                                        f"(allowed here: {known}).")  # fmt: skip
+    done = umbrella_split.split(ctx, task, agent=agent, offline=False, bot_login=bot_identity(ctx, task)[0])
+    if not done.umbrella.subs:
+        return _reply(ctx, task, found, "this issue has no open task-list items (`- [ ] …`) to split.")
+    gh = ctx.need_github().for_repository(installation, repo.full_name, "umbrella")
+    rows = umbrella_table.gather(ctx.redis, gh, repo.full_name, done.umbrella, repo_id=repo.id)
+    detail = f"split into {len(done.umbrella.subs)} sub-issue(s), {len(done.made)} made now"
+    return Result(State.DONE, detail, umbrella_table.status(done.umbrella, rows, done.skipped))
+
+
 # -- commands, cancel -----------------------------------------------------------------------------
 
 
@@ -254,6 +294,8 @@ def command(ctx: Context, task: Task) -> Decided:
         return _reply(ctx, task, found, "there is no earlier run on this issue to retry.")
     if cmd is not None and cmd.name == "cancel":
         return cancel(ctx, task, found=found)
+    if cmd is not None and cmd.name == "split":
+        return split_umbrella(ctx, task, found)
     usage = cmd.error if cmd is not None and cmd.error else "unknown command"
     return _reply(ctx, task, found, inert(usage, 200))
 
@@ -375,7 +417,7 @@ def check_action(ctx: Context, task: Task) -> Result:
 
 
 HANDLERS: dict[Kind, Handler] = {
-    Kind.AGENT_RUN: lambda ctx, task: agent_run(ctx, task, task.agent or ""),
+    Kind.AGENT_RUN: label_run,
     Kind.COMMAND: command,
     Kind.CANCEL: cancel,
     Kind.MERGE_GATE: merge_gate,

@@ -28,6 +28,7 @@ from worker import clock, lifecycle
 from worker.context import Context
 from worker.github import deadline
 from worker.publish import Busy, Publication, publisher
+from worker.umbrella import table
 
 log = logging.getLogger("baton.outbox")
 
@@ -143,5 +144,6 @@ def publish_now(ctx: Context, task_id: str) -> str:
         return "not published: the worker has no App credentials"
     if deadline.spent():  # the work's time for GitHub is gone: an idle worker tries, on its own time
         return "kept in the outbox for an idle worker: no time left for GitHub"
-    done = attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
+    follow = table.after_publication(ctx.github, ctx.redis, ctx.app_id)
+    done = attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication, follow))
     return done if done is not None else "not published yet: kept in the outbox for another attempt"

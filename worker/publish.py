@@ -226,9 +226,14 @@ def _find(gh: GitHub[Any], pub: Publication, run: CheckRunEnd) -> int | None:
 
 
 def publisher(
-    app: GitHubApp, cache: redis.Redis, app_id: int | None, replication: Replication = NO_REPLICAS
+    app: GitHubApp,
+    cache: redis.Redis,
+    app_id: int | None,
+    replication: Replication = NO_REPLICAS,
+    after: Callable[[Publication], object] | None = None,
 ) -> Callable[[Publication], str]:
-    """``perform`` bound to one App and Redis: what the outbox calls for each publication.
+    """``perform`` bound to one App and Redis: what the outbox calls for each publication, then
+    ``after`` (what follows from one: the umbrella table of a sub-issue's, ``worker.umbrella.table``).
 
     Nothing is said on GitHub about a task until BATON_REDIS_REPLICAS replicas hold its final state
     (and the log entries of its receipts, written before it): a primary that dies unreplicated must
@@ -237,7 +242,13 @@ def publisher(
 
     def act(pub: Publication) -> str:
         replication.confirm(cache, f"the publication of task {pub.task_id}")
-        return perform(app, cache, pub, app_id)
+        done = perform(app, cache, pub, app_id)
+        if after is not None:  # what follows from it (an umbrella's table), best effort
+            try:
+                after(pub)
+            except Exception as exc:  # the publication itself is done: never undo that for a view
+                log.warning("after publishing", extra={"task": pub.task_id, "error": f"{type(exc).__name__}"})
+        return done
 
     return act
 

@@ -78,6 +78,7 @@ from worker.lifecycle import State
 from worker.publish import publisher
 from worker.runner import box
 from worker.runs import admit, line
+from worker.umbrella import table
 
 log = logging.getLogger("baton.worker")
 
@@ -402,7 +403,8 @@ def run(
     if stop():
         return ended, 0
     if OUTBOX in duties and ctx.github is not None:
-        perform = publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication)
+        follow = table.after_publication(ctx.github, ctx.redis, ctx.app_id)  # an umbrella's table
+        perform = publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication, follow)
         published = outbox.drain(
             ctx.redis, perform, limit=OUTBOX_BATCH, stop=lambda: stop() or deadline.spent()
         )

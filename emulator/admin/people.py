@@ -11,44 +11,21 @@ from typing import Any
 
 from emulator import webhooks
 from emulator.admin.setup import LOGIN, AdminBase, AdminError, ensure_user, need_str, str_list
-from emulator.core import emit
 from emulator.rest import checks as routes_checks
 from emulator.rest import issues as routes_issues
 from emulator.rest import pulls as routes_pulls
-from emulator.rest import shapes, shapes_items
-from emulator.state import App, Delivery, Issue
+from emulator.rest import shapes
+from emulator.state import App, Delivery
 
 
 class PeopleAdmin(AdminBase):
     async def create_issue(self, body: dict[str, Any], params: dict[str, str], base: str) -> tuple[int, Any]:
         repo = self._repo(params)
-        state = self.emu.state
         user = ensure_user(self.emu, need_str(body, "user", LOGIN))
-        now = state.now()
-        item = Issue(
-            id=state.new_id(),
-            repo=repo.full_name,
-            number=state.next_issue_number(repo.full_name),
-            title=need_str(body, "title"),
-            body=body.get("body"),
-            user=user.login,
-            created_at=now,
-            updated_at=now,
-        )
-        state.issues[item.id] = item
         pending: list[Delivery] = []
-        opened = {"action": "opened", "issue": shapes_items.issue(base, state, repo, item, hook=True)}
-        emit(self.emu, base, repo, "issues", opened, pending=pending, sender=user.login)
-        routes_issues.add_labels(
-            self.emu,
-            base,
-            repo,
-            item,
-            str_list(body, "labels"),
-            pending=pending,
-            sender=user.login,
-            acting=None,
-        )
+        title, text, labels = need_str(body, "title"), body.get("body"), str_list(body, "labels")
+        item = routes_issues.open_issue(self.emu, base, repo, title=title, body=text, user=user.login,
+                                        pending=pending, acting=None, labels=labels)  # fmt: skip
         await self._send(pending, body)
         return 201, {
             "number": item.number,

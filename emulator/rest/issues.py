@@ -385,7 +385,74 @@ async def delete_label(req: ApiRequest) -> Reply:
     return _labels_reply(req, repo, item)
 
 
+_CREATE_DOCS = "https://docs.github.com/rest/issues/issues#create-an-issue"
+_LIST_DOCS = "https://docs.github.com/rest/issues/issues#list-repository-issues"
+#: GitHub's limit on an issue's title (a longer one is a 422).
+MAX_TITLE_CHARS = 256
+
+
+def open_issue(
+    emu: Emulator, base: str, repo: Repo, *, title: str, body: str | None, user: str, pending: list[Delivery],
+    acting: App | None, labels: list[str] | None = None,
+) -> Issue:  # fmt: skip
+    """A new issue: ``issues.opened``, then one ``labeled`` per label (the admin API and REST alike)."""
+    state = emu.state
+    now = state.now()
+    item = Issue(id=state.new_id(), repo=repo.full_name, number=state.next_issue_number(repo.full_name),
+                 title=title, body=body, user=user, created_at=now, updated_at=now)  # fmt: skip
+    state.issues[item.id] = item
+    opened = {"action": "opened", "issue": shapes_items.issue(base, state, repo, item, hook=True)}
+    emit(emu, base, repo, "issues", opened, pending=pending, sender=user if acting is None else None,
+         acting=acting)  # fmt: skip
+    add_labels(emu, base, repo, item, labels or [], pending=pending, sender=user if acting is None else None,
+               acting=acting)  # fmt: skip
+    return item
+
+
+async def create_issue(req: ApiRequest) -> Reply:
+    """``POST /repos/{owner}/{repo}/issues``: 201 with the issue; ``title`` required (422 without)."""
+    repo = req.repo("issues", "write")
+    body = req.json_object()
+    title = body.get("title")
+    if isinstance(title, int) and not isinstance(title, bool):
+        title = str(title)  # GitHub takes a number as the title
+    if not isinstance(title, str) or not title.strip():
+        raise invalid_request('Invalid request.\n\n"title" wasn\'t supplied.', _CREATE_DOCS)
+    if len(title) > MAX_TITLE_CHARS:
+        raise invalid_request(f"title is too long (maximum is {MAX_TITLE_CHARS} characters)", _CREATE_DOCS)
+    text = body.get("body")
+    if text is not None and not isinstance(text, str):
+        raise invalid_request("Invalid request.\n\nFor 'properties/body', it is not a string.", _CREATE_DOCS)
+    names = _label_names(body, allow_empty=True) if "labels" in body else []
+    item = open_issue(req.emu, req.base, repo, title=title, body=text, user=req.acting_login(),
+                      pending=req.pending, acting=req.caller.app, labels=names)  # fmt: skip
+    out = shapes_items.issue(req.base, req.state, repo, item)
+    return Reply(out, status=201, headers={"location": out["url"]})
+
+
+async def list_issues(req: ApiRequest) -> Reply:
+    """``GET /repos/{owner}/{repo}/issues``: open ones by default, newest first; pull requests
+    included (they carry ``pull_request``), as GitHub lists them."""
+    repo = req.repo("issues", "read")
+    wanted = req.query("state") or "open"
+    if wanted not in ("open", "closed", "all"):
+        raise invalid_request(f"{wanted!r} is not a valid state", _LIST_DOCS)
+    creator = (req.query("creator") or "").lower()
+    labels = {n.strip().lower() for n in (req.query("labels") or "").split(",") if n.strip()}
+    found = [
+        item for item in req.state.issues.values()
+        if item.repo == repo.full_name and wanted in ("all", item.state)
+        and (not creator or item.user.lower() == creator)
+        and labels <= {n.lower() for n in item.labels}
+    ]  # fmt: skip
+    found.sort(key=lambda item: item.created_at, reverse=req.query("direction") != "asc")
+    chunk, headers = paginate(req, found)
+    return Reply([shapes_items.issue(req.base, req.state, repo, item) for item in chunk], headers=headers)
+
+
 ROUTES: list[RouteSpec] = [
+    ("GET", "/repos/{owner}/{repo}/issues", list_issues),
+    ("POST", "/repos/{owner}/{repo}/issues", create_issue),
     ("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}", get_comment),
     ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}", update_comment),
     ("GET", "/repos/{owner}/{repo}/issues/{issue_number}", get_issue),

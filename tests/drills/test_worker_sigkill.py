@@ -518,3 +518,37 @@ def _span(rdb: redis.Redis, task_id: str) -> tuple[str, str]:
     """When the run last went to running, and when it ended (its history's times)."""
     moves = lifecycle.history(rdb, task_id)
     return [m["at"] for m in moves if m["to"] == "running"][-1], moves[-1]["at"]
+
+
+def test_a_worker_killed_between_verifying_an_umbrella_and_publishing_publishes_nothing_stale(
+    stage: Stage, workers: Workers, rdb: redis.Redis
+) -> None:
+    """A sub-issue's run holds its umbrella's lock and is reading its siblings (GitHub slow to answer)
+    when its worker is SIGKILLed. Nothing is pushed on that verification: the run is tried again by
+    the other worker once its lease is gone, verifies again on fresh state (the dead holder's lock
+    lapsed), and publishes once."""
+    first = workers.start("a", queues=EVERY_QUEUE, env=worker_env("a.0"))
+    steps = {"steps": [{"op": "write", "path": "part.txt", "content": "x\n"}]}
+    body = f"One part.\n\n- [ ] the part\n\n  ```baton-recipe\n  {orjson.dumps(steps).decode()}\n  ```\n"
+    umbrella = int(stage.admin.create_issue(world.REPO, title="Umbrella", user="maria", body=body)["number"])
+    split = stage.admin.comment(world.REPO, umbrella, "/baton split script", user="maria")["deliveries"][-1]
+    wait_for(lambda: lifecycle.current(rdb, split["guid"]) is State.DONE, 60, "the split", workers.log)
+    # The run's first read of its umbrella after the split is its verification's: held there.
+    path = f"/repos/{world.REPO}/issues/{umbrella}"
+    stage.admin.add_fault(path, kind="latency", latency_ms=20_000, count=1)
+    wait_for(lambda: _hit(stage, path), 90, "the run to verify its umbrella", workers.log)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    bare = stage.server.directory / "repos" / f"{world.REPO}.git"
+    listed = ["git", "-C", str(bare), "for-each-ref", "--format=%(refname)", "refs/heads/baton/"]
+    heads = subprocess.run(listed, capture_output=True, text=True, check=True).stdout.split()
+    assert heads == []  # nothing pushed on the verification it was killed in
+    workers.start("b", queues=EVERY_QUEUE, env=worker_env("b.0"))
+    [sub] = [d["guid"] for d in stage.admin.call("GET", "/state")["deliveries"]
+             if d["event"] == "issues" and d.get("action") == "labeled"]  # fmt: skip
+    wait_for(lambda: lifecycle.current(rdb, sub) in lifecycle.TERMINAL, SWEPT_S + 60,
+             f"the sub-issue's run to end ({accounting.describe(rdb, [sub])})", workers.log)  # fmt: skip
+    assert lifecycle.current(rdb, sub) is State.PR_OPENED, workers.log()
+    assert lifecycle.field(rdb, sub, admit.ATTEMPT) == "2"
+    wait_for(lambda: not accounting.unsettled(rdb), SETTLE_S, "every task to settle", workers.log)
+    accounting.account(stage.admin, rdb, [split["guid"], sub])  # one PR, every status final

@@ -154,10 +154,12 @@ def read_file(gh: GitHub[Any], full_name: str, path: str, ref: str) -> bytes | N
 # -- the status comment ------------------------------------------------------------------------
 
 
-def list_pages(gh: GitHub[Any], path: str, *, pages: int = MAX_COMMENT_PAGES) -> Iterator[dict[str, Any]]:
+def list_pages(
+    gh: GitHub[Any], path: str, *, pages: int = MAX_COMMENT_PAGES, params: dict[str, str] | None = None
+) -> Iterator[dict[str, Any]]:
     """The objects of a listing ``path``, 100 a page (GitHub's most), for at most ``pages`` pages."""
     for page in range(1, pages + 1):
-        items = request(gh, "GET", path, params={"per_page": 100, "page": page})
+        items = request(gh, "GET", path, params={**(params or {}), "per_page": 100, "page": page})
         if not isinstance(items, list):
             return
         yield from (item for item in items if isinstance(item, dict))

@@ -56,6 +56,9 @@ PERMISSIONS: dict[str, dict[str, str]] = {
     "report": {"metadata": "read", "contents": "read", "issues": "write", "checks": "write"},
     # The merge gate: read the pull request and its code, write its check run.
     "gate": {"metadata": "read", "contents": "read", "pull_requests": "read", "checks": "write"},
+    # An umbrella: sub-issues made and labelled; its table read (sub-issues, pull requests, gates).
+    "split": {"metadata": "read", "issues": "write"},
+    "umbrella": {"metadata": "read", "issues": "write", "pull_requests": "read", "checks": "read"},
     # A follow-up: the pull request and its reviews read; Baton's replies in its review threads.
     "conversation": {"metadata": "read", "pull_requests": "read"},
     "reply": {"metadata": "read", "pull_requests": "write"},

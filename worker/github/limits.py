@@ -25,6 +25,8 @@ MAX_ACTION_IDENTIFIER = 20
 MAX_ACTION_DESCRIPTION = 40
 ANNOTATION_LEVELS = ("notice", "warning", "failure")
 CONCLUSIONS = ("action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out")
+#: Sub-issues one issue may hold (GitHub's docs: "up to 100 sub-issues", nested up to 8 levels).
+MAX_SUB_ISSUES = 100
 #: An issue comment body, in characters (GitHub: "body is too long (maximum is 65536 characters)").
 MAX_COMMENT_CHARS = 65_536
 #: GitHub ends a REST request it has processed for this long (REST docs, "Troubleshooting": timeouts):

@@ -69,6 +69,8 @@ from worker.runs.plan import Plan
 from worker.runs.record import Record, issue_digest
 from worker.runs.supervisor import Supervisor
 from worker.trigger import where
+from worker.umbrella import split as umbrella_split
+from worker.umbrella import verify
 
 log = logging.getLogger("baton.runs")
 
@@ -141,10 +143,18 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
     with mirror.locked():
         tip = mirror.fetch(read, [head.branch, branch]).get(branch)
     record = _saved(ctx, task.id)
+    # A sub-issue of an umbrella: its siblings are verified before it runs and before it publishes.
+    umbrella = umbrella_split.parent_of(ctx.redis, repo.id, plan.number) if plan.follow_up is None else None
     if tip is None or record is None or record.commit != tip:
+        handed = verify.before_run(ctx, task, umbrella, gh) if umbrella is not None else None
+        if handed is not None:
+            return _ended(ctx, task, plan, Record(plan.agent, Outcome.NO_CHANGES, handed))
         ran = _agent(ctx, task, plan, supervisor, policy=policy, head=head, mirror=mirror, tip=tip)
         if isinstance(ran, Result):
             return ran
+        if umbrella is not None:  # 5 and 6 under the umbrella's lock, on state verified there
+            return _verified(ctx, task, plan, supervisor, umbrella, record=ran, mirror=mirror, tip=tip,
+                             gh=gh, base_branch=head.branch)  # fmt: skip
         # 5. the commit, pushed to the issue's branch (never forced)
         stopped = _push(ctx, task, plan, supervisor, mirror=mirror, record=ran, tip=tip)
         if stopped is not None:
@@ -152,6 +162,32 @@ def _run(ctx: Context, task: Task, plan: Plan, supervisor: Supervisor) -> Result
         record = ran
     # 6. the pull request and its check runs
     return pull_request.publish(ctx, task, plan, gh, record, base_branch=head.branch)
+
+
+def _verified(
+    ctx: Context, task: Task, plan: Plan, supervisor: Supervisor, umbrella: umbrella_split.Umbrella, *,
+    record: Record, mirror: Mirror, tip: str | None, gh: GitHub[Any], base_branch: str,
+) -> Result:  # fmt: skip
+    """Steps 5 and 6 for a sub-issue: its siblings verified, its change moved onto a base that moved
+    under it, then pushed and opened, all under its umbrella's lock (``worker.umbrella.verify``). The
+    record kept is the one pushed (a move onto a new base makes a new commit)."""
+    repo, installation = where(task)
+    app = ctx.need_github()
+
+    def push(kept: Record) -> Result | None:
+        _save(ctx, task.id, kept)
+        return _push(ctx, task, plan, supervisor, mirror=mirror, record=kept, tip=tip)
+
+    def ended(kept: Record) -> Result:
+        _save(ctx, task.id, kept)
+        return _ended(ctx, task, plan, kept)
+
+    return verify.publish(
+        ctx, task, umbrella, record=record, mirror=mirror, base_branch=base_branch, tip=tip,
+        remote=lambda: Remote(plan.clone_url, app.git_token(installation, repo.full_name)),
+        stop=supervisor.stop, push=push, ended=ended,
+        open_pull=lambda kept: pull_request.publish(ctx, task, plan, gh, kept, base_branch=base_branch),
+    )  # fmt: skip
 
 
 def _agent(

@@ -28,6 +28,8 @@ AGENT_CHECK = "baton/agent"
 TASK_TRAILER = "Baton-Task"
 #: What a status says of a run that ended before its box started.
 NEVER_STARTED = "No agent was started and no box was made; nothing was run or pushed."
+#: How the reason of a run that needed no change begins (its work was on the base already).
+NO_CHANGES_NEEDED = "no changes needed"
 #: What a follow-up that pushed nothing suggests (`/baton retry` repeats the issue's run, not it).
 ASK_AGAIN = "Once the cause is fixed, comment `/baton <what to change>` on the pull request to ask again."
 #: Last lines of the agent's output shown on the issue.
@@ -347,11 +349,14 @@ def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ())
     state = OUTCOME_STATE[outcome]
     retry = "Comment `/baton retry` to run it again."
     if outcome is Outcome.NO_CHANGES:
+        handed = record.reason.startswith(NO_CHANGES_NEEDED)  # a sibling delivered it (worker.umbrella)
         return Status(
             state,
             task_id,
             agent,
-            "The agent finished without changing any file; nothing was pushed.",
+            f"{_sentence(record.reason)} Nothing was pushed."
+            if handed
+            else "The agent finished without changing any file; nothing was pushed.",
             details=run_lines(record),
             headline="✅ Done: no changes",
             next_steps=(retry,),
