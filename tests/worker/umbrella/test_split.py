@@ -217,3 +217,27 @@ def test_a_change_a_sibling_delivered_mid_run_is_not_pushed_again(stage: Stage) 
     subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
     assert f"No changes needed: delivered by #{pull['number']}" in _status(stage, subs[1])
     assert len(_get(stage, "/pulls", state="all")) == 1  # no branch pushed, no second pull request
+
+
+def test_a_sibling_merged_mid_run_that_conflicts_with_the_run_is_reported_never_pushed(stage: Stage) -> None:
+    stage.admin.commit(world.REPO, "main", {"shared.txt": "one\n"})
+    ours = [{"op": "sleep", "seconds": 2}, {"op": "write", "path": "shared.txt", "content": "ours\n"}]
+    theirs = [{"op": "write", "path": "shared.txt", "content": "theirs\n"}]
+    umbrella = _umbrella(stage, [_steps_item(1, theirs), _steps_item(2, ours)])
+    assert stage.comment(umbrella, "/baton split script", user="maria")["state"] == "done"
+    first, second = _labels(stage)
+    assert _run(stage, first)["state"] == "pr_opened"
+    [pull] = _get(stage, "/pulls", state="open")
+    admitted = stage.run(second)
+    ran: dict[str, dict[str, str]] = {}
+    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
+        time.sleep(0.05)
+    stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")
+    worker.join(timeout=120)
+    assert ran["done"]["state"] == "failed", ran
+    subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
+    assert "does not apply onto it cleanly" in _status(stage, subs[1])
+    assert len(_get(stage, "/pulls", state="all")) == 1  # nothing pushed
