@@ -15,8 +15,8 @@ than :data:`MAX_REPLY_CHARS` or nested too deep to read. What is within the shap
 refused: reasons past :data:`MAX_REASONS` and locations past :data:`MAX_LOCATIONS` are counted and left
 out, each reason cut at :data:`MAX_REASON_CHARS`.
 
-:func:`judge` then decides the review from plain facts about its run (:class:`Ran`): a cancel, the
-reviewer's own model requests refused by the gateway, the spend cap, a timeout, a stop at a box limit,
+:func:`judge` then decides the review from plain facts about its run (:class:`Ran`): the reviewer's
+own model requests refused by the gateway, the spend cap, a cancel, a timeout, a stop at a box limit,
 a crash (a non-zero exit, a signal, a CLI that says it failed), then the verdict. Only a verdict that
 parses and finds nothing in a blocking category passes. Reasons and paths are the reviewer's words:
 whoever shows them quotes them inert (``worker.messages``).
@@ -290,17 +290,17 @@ class Judgement:
 def judge(ran: Ran, blocks_on: Collection[str]) -> Judgement:
     """The review's end, from its run's facts: only a verdict that parses and finds nothing that
     ``blocks_on`` names passes; every way of not judging fails closed."""
-    if ran.cancelled:
-        return Judgement(Result.CANCELLED, "the review was cancelled")
-    if ran.refused:
+    if ran.refused:  # what it asked its model API for comes first, however it ended
         codes = ", ".join(dict.fromkeys(ran.refused))
         return Judgement(
             Result.REFUSED, f"the model gateway refused the reviewer's own model requests ({codes})"
         )
-    if ran.over_budget is not None:
+    if ran.over_budget is not None:  # the gateway stops the box at the cap: not a cancel
         return Judgement(
             Result.OVER_BUDGET, f"the model gateway refused a reviewer's call: {ran.over_budget}"
         )
+    if ran.cancelled:
+        return Judgement(Result.CANCELLED, "the review was cancelled")
     if ran.timed_out:
         return Judgement(Result.TIMED_OUT, f"the reviewer timed out after {ran.timeout_s:g}s")
     if ran.over_limit is not None:
