@@ -75,6 +75,24 @@ BUDGET_PREFIX = "baton:budget:"
 ACTIVE_PREFIX = "baton:active:"
 #: + repo id : issue number -> JSON {received_at, task_id, by, how}; worker.runs.cancel; 7 days.
 CANCEL_PREFIX = "baton:cancel:"
+#: + repo id -> the repository's line of agent runs waiting for a free run slot, a sorted set of
+#: task ids scored by when they joined it (Redis's time), oldest first; worker.runs.line; each entry
+#: leaves as its run starts or ends.
+LINE_PREFIX = "baton:line:"
+
+
+def line(repo_id: int) -> str:
+    """The line of repository ``repo_id``: one spelling for admission (``worker.runs.budget``), which
+    sends a run behind anyone waiting, and the line itself (``worker.runs.line``)."""
+    return f"{LINE_PREFIX}{repo_id}"
+
+
+#: + task id -> JSON: what a waiting run starts with when its turn comes (the task its run job gets,
+#: its budget scopes, its queued status); worker.runs.line; 30 days, deleted as it leaves the line.
+LINE_ENTRY_PREFIX = "baton:line-entry:"
+#: The repository ids whose line holds anyone (a set), for the periodic duty that starts what a
+#: lapsed slot or a crash left waiting; worker.runs.line; a member leaves with its line's last entry.
+LINES_KEY = "baton:lines"
 #: + App id -> JSON [login, email] of the App's bot user; worker.runs.identity; 1 day.
 APP_BOT_PREFIX = "baton:app-bot:"
 

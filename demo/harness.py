@@ -88,6 +88,19 @@ class Demo:
             time.sleep(0.05)
         return body
 
+    def said(self, number: int, repo: str = world.REPO) -> list[str]:
+        """Every body Baton wrote to the issue's status comment, in order, as GitHub received them."""
+        ours = self.baton_comments(number, repo)
+        if not ours:
+            return []
+        made, edited = (
+            f"/repos/{repo}/issues/{number}/comments",
+            f"/repos/{repo}/issues/comments/{ours[0]['id']}",
+        )
+        wrote = {("POST", made), ("PATCH", edited)}
+        return [str(r["body"]["body"]) for r in self.admin.requests()
+                if r["status"] < 300 and (r["method"], r["path"]) in wrote]  # fmt: skip
+
     def baton_comments(self, number: int, repo: str = world.REPO) -> list[dict[str, Any]]:
         return [c for c in self.admin.comments() if c["issue_number"] == number and c["repository"] == repo
                 and (c.get("performed_via_github_app") or {}).get("id") == self.world.app_id]  # fmt: skip

@@ -116,6 +116,32 @@ def over_budget(demo: Demo) -> Result:
     )
 
 
+def second_waits_its_turn(demo: Demo) -> Result:
+    """A repository allowed one run at a time: a second label waits in line, then runs by itself."""
+    repo = f"{world.OWNER}/sprockets"
+    policy = ("version: 1\nagents:\n  script:\n    adapter: script\n    tools: [read_repo, edit_files]\n"
+              "limits:\n  max_concurrent_runs: 1\n")  # fmt: skip
+    demo.admin.create_repo(world.OWNER, "sprockets", private=True, files={"README.md": "# sprockets\n",
+                           ".github/baton.yml": policy})  # fmt: skip
+    demo.admin.set_role(repo, "maria", "maintain")
+    slow = {"steps": [{"op": "sleep", "seconds": 2}, *HELLO["steps"]]}
+    first = demo.issue("Add a hello page", "maria", slow, repo=repo)
+    second = demo.issue("Add another hello page", "maria", HELLO, repo=repo)
+    guids = [demo.label(n, "script", "maria", repo=repo)["guid"] for n in (first, second)]
+    states = [demo.wait(g) for g in guids]
+    said = demo.said(second, repo)
+    waited = [b for b in said if "Waiting for a free run slot" in b]
+    named = any("waiting: 1 ahead" in b and "`limits.max_concurrent_runs`" in b for b in waited)
+    after = [b for b in said[said.index(waited[0]) :] if "Working on it" in b] if waited else []
+    pulls = [len(demo.pulls(n, repo)) for n in (first, second)]
+    return (
+        "the second waits (1 ahead, the limit named), then runs by itself: two PRs",
+        f"{', '.join(states)}; second {'waited' if waited else 'never waited'}"
+        f"{', then ran' if after else ''}; PRs {pulls}",
+        (states == ["pr_opened", "pr_opened"] and named and bool(after) and pulls == [1, 1]),
+    )
+
+
 def cancel_long_run(demo: Demo) -> Result:
     recipe = {"steps": [{"op": "sleep", "seconds": 300}, *HELLO["steps"]]}
     number = demo.issue("Take your time", "maria", recipe)
@@ -514,6 +540,7 @@ BEFORE_REAL_CLIS: list[Scenario] = [
     ("a maintainer reviews Baton's pull request", review_answered),
     ("an agent edits .github/workflows/ci.yml", workflow_edit_refused),
     ("a run over its daily budget", over_budget),
+    ("two labels where the second waits its turn", second_waits_its_turn),
     ("/baton cancel during a long run", cancel_long_run),
 ]
 AFTER_REAL_CLIS: list[Scenario] = [

@@ -44,7 +44,7 @@ from worker.lifecycle import State
 from worker.messages import inert
 from worker.policy import Decision, Policy, TaskFacts, UnknownAgent, decide, explain
 from worker.result import Decided, Handler, HandOff, Result
-from worker.runs import admit, iteration, report
+from worker.runs import admit, budget, iteration, line, report
 from worker.runs import cancel as stopping
 from worker.runs.identity import bot_identity
 from worker.status import Status
@@ -153,11 +153,14 @@ def _reserve(
     if verdict.code == "busy":
         return Result(State.REFUSED, f"busy: run {verdict.holder} holds #{task.number}",
                       report.busy(task.id, agent, verdict.holder or "?"))  # fmt: skip
-    if not verdict.allowed:
+    waits = verdict.code == budget.CONCURRENT_RUNS  # no slot free: it waits in line (worker.runs.line)
+    if not verdict.allowed and not waits:
         return Result(State.REFUSED, f"over-budget: {verdict.code} ({verdict.scope})",
                       report.over_budget(task.id, agent, verdict.lines()), fields=fields)  # fmt: skip
     fields = {**fields, admit.AGENT: agent, admit.OFFLINE: "1" if offline else "0"}
     queued = report.queued(task.id, agent, offline=offline, context=context, notices=notices)
+    if waits:
+        return HandOff("waiting in line for a free run slot", queued, fields=fields, task=task, wait=policy)
     return HandOff("admitted", queued, fields=fields, task=task)
 
 
@@ -277,8 +280,16 @@ def cancel(ctx: Context, task: Task, *, found: Permission | None = NOT_LOOKED_UP
         ctx.redis, repo.id, task.number, stopping.Cancel(task.received_at, task.id, task.sender.login, how)
     )
     holder = ctx.redis.get(keys.run_lock(repo.id, task.number))
-    # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it.
+    # The run's own status says "cancelled" once its supervisor (on whichever worker) stops it; a run
+    # still waiting in its repository's line leaves it now, cancelled.
     run = records.text(holder)
+    if run and line.cancel(ctx, repo.id, run):
+        return Result(State.DONE, f"cancel for #{task.number}: run {run} cancelled while it waited")
+    waiting = [t for t in line.waiting_for_pull(ctx, repo.id, task.number) if line.cancel(ctx, repo.id, t)]
+    if waiting:  # `/baton cancel` on a pull request whose follow-up waits in line
+        return Result(
+            State.DONE, f"cancel for #{task.number}: follow-up {waiting[0]} cancelled while it waited"
+        )
     return Result(
         State.DONE, f"cancel for #{task.number}: " + (f"run {run} told to stop" if run else "no run active")
     )

@@ -56,11 +56,10 @@ from worker.gates import evaluate as gates
 from worker.github import deadline, transport
 from worker.handlers import HANDLERS, opened_check_runs
 from worker.lifecycle import State
-from worker.publish import Publication, publisher, status_now
+from worker.publish import Publication, status_now
 from worker.result import Handler, HandOff, Result, failed
-from worker.runs import admit
+from worker.runs import admit, line
 from worker.runs.execute import run as execute_run
-from worker.status import render
 from worker.trigger import AUTHORISED
 
 log = logging.getLogger("baton.jobs")
@@ -248,18 +247,29 @@ def _failed(ctx: Context, task: Task, exc: BatonError) -> Result:
 
 
 def _hand_off(ctx: Context, task: Task, result: HandOff, holder: str | None) -> JobReturn:
-    """An admitted run: to the agents queue, then ``queued`` on the issue."""
-    run = result.task or task  # what the run job runs: an iteration's names its issue and pull request
+    """An admitted run: to the agents queue, then ``queued`` on the issue; or, with no run slot free
+    (``result.wait``), into its repository's line, which says so on the issue itself."""
+    run = result.task or task
     try:
-        job = admit.hand_off(ctx, run, result.detail, attempt=1, holder=holder, **result.fields)
+        if result.wait is not None:
+            job = line.join(ctx, run, status=result.status, policy=result.wait, detail=result.detail,
+                            holder=holder, fields=result.fields)  # fmt: skip
+        else:
+            job = admit.hand_off(ctx, run, result.detail, attempt=1, holder=holder, **result.fields)
     except lifecycle.IllegalMove:
-        if lifecycle.current(ctx.redis, task.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
-            admit.release(ctx, run, started=None)  # the lock is not needed any more
+        if lifecycle.current(ctx.redis, run.id) in lifecycle.TERMINAL:  # ended meanwhile by a sweeper
+            line.release(ctx, run, started=None)  # the lock is not needed any more
         # Otherwise the task is another job's now (this one's lease was lost): so are its lock and slots.
         return _returned(task, Dropped.ENDED_ELSEWHERE, result.detail)
-    status_now(ctx, run, result.status)
-    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": "queued", "job": job})
-    return _returned(task, State.QUEUED, result.detail)
+    if result.wait is None:
+        status_now(ctx, run, result.status)
+    state = State.QUEUED
+    if result.wait is not None:  # joining the line may have ended it at once (a cancel, a spent day)
+        found = lifecycle.current(ctx.redis, run.id)
+        state = found if found in lifecycle.TERMINAL and found is not None else State.QUEUED
+    log.info("task", extra={"task": task.id, "kind": task.kind.value, "state": state.value, "job": job,
+                            "waiting": result.wait is not None})  # fmt: skip
+    return _returned(task, state, result.detail)
 
 
 def _commit(
@@ -279,11 +289,12 @@ def _commit(
         return _publish(ctx, task, publication, publish=publish)
     finally:
         # After the final status is written, so no newer run can be admitted in between and take
-        # the comment over before this run's outcome is on it.
+        # the comment over before this run's outcome is on it. The next run waiting in the
+        # repository's line starts in the same transaction as the slots are freed.
         if task.kind in admit.RUN_KINDS and task.number is not None and task.repository:
             fields = result.fields
-            admit.release(ctx, _run_task(ctx, task), started=fields.get("run_started_at"),
-                          agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
+            line.release(ctx, _run_task(ctx, task), started=fields.get("run_started_at"), publish=publish,
+                         agent_seconds=float(fields.get("agent_seconds", 0.0)))  # fmt: skip
 
 
 def _run_task(ctx: Context, task: Task) -> Task:
@@ -297,30 +308,14 @@ def _run_task(ctx: Context, task: Task) -> Task:
 
 def publication_for(ctx: Context, task: Task, result: Result) -> Publication | None:
     """What GitHub should hear about ``result``, as data the outbox can keep; None: nothing."""
-    repo = task.repository
-    if repo is None or task.installation_id is None:
-        return None
-    comment = render(result.status) if result.status is not None and task.number is not None else None
-    pub = Publication(task.id, task.received_at, task.installation_id, repo.full_name, repo.id,
-                      task.number, comment, result.check_runs, task.pull_request, result.replies)  # fmt: skip
-    return None if pub.empty else pub
+    return Publication.about(task, result.status, result.check_runs, result.replies)
 
 
 def _publish(ctx: Context, task: Task, publication: Publication | None, *, publish: bool) -> str:
     if publication is None:
         lifecycle.annotate(ctx.redis, task.id, published="nothing to publish")
         return "nothing to publish"
-    return publish_now(ctx, task.id) if publish else "kept in the outbox for an idle worker"
-
-
-def publish_now(ctx: Context, task_id: str) -> str:
-    """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
-    if ctx.github is None:
-        return "not published: the worker has no App credentials"
-    if deadline.spent():  # the work's time for GitHub is gone: an idle worker tries, on its own time
-        return "kept in the outbox for an idle worker: no time left for GitHub"
-    done = outbox.attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
-    return done if done is not None else "not published yet: kept in the outbox for another attempt"
+    return outbox.publish_now(ctx, task.id) if publish else "kept in the outbox for an idle worker"
 
 
 def seal_audit(ctx: Context) -> None:

@@ -6,7 +6,9 @@ lease, its outbox entry), so a worker that dies between two moves leaves the
 task in a state that is true. Side effects (comments, check runs) happen after
 a move commits, never before: a terminal move stores what is to be published
 and queues it in the outbox in the same transaction, and ``worker.outbox``
-puts it on GitHub afterwards, retrying until it is there.
+puts it on GitHub afterwards, retrying until it is there. A transaction that moves more than one
+task, or a task and the budgets it frees (``worker.runs.line``), reads each record with ``watch``
+and queues each move with ``write``: the same checks against the same table, the same writes.
 
 The web side writes the first state (``queued``) in its enqueue script
 (``baton.records`` names the keys both sides use); every later write to a task's
@@ -61,8 +63,12 @@ TERMINAL = frozenset({State.REFUSED, State.DENIED, State.PR_OPENED, State.DONE, 
                       State.TIMED_OUT, State.CANCELLED})  # fmt: skip
 
 MOVES: dict[State, frozenset[State]] = {
-    # FAILED / TIMED_OUT: the job died before it could mark the task running.
-    State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.FAILED, State.TIMED_OUT}),
+    # FAILED / TIMED_OUT: the job died before it could mark the task running. QUEUED again, REFUSED:
+    # an agent run waiting in its repository's line (``worker.runs.line``) whose turn came, and
+    # whose run job goes on the agents queue then, or which a daily budget refuses then.
+    State.QUEUED: frozenset(
+        {State.RUNNING, State.QUEUED, State.REFUSED, State.CANCELLED, State.FAILED, State.TIMED_OUT}
+    ),
     # QUEUED again: an admitted agent run handed to the agents queue, or a lost run retried once.
     State.RUNNING: TERMINAL | {State.QUEUED},
     **{state: frozenset() for state in TERMINAL},
@@ -166,9 +172,98 @@ def current(client: redis.Redis, task_id: str) -> State | None:
     return _state(client.hget(PREFIX + task_id, "state"))
 
 
+def state_named(raw: bytes | str | None) -> State | None:
+    """The state a record's ``state`` field names, as read in a pipeline (None: no record)."""
+    return _state(raw)
+
+
 def field(client: redis.Redis, task_id: str, name: str) -> str | None:
     raw = client.hget(PREFIX + task_id, name)
     return None if raw is None else records.text(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A task's record as a transaction's watch phase read it (``watch``): what a move from it needs."""
+
+    task_id: str
+    state: State | None
+    installation: bytes | str | None
+    holder: str
+    now: float  # Redis's: every stamp of the move
+    hold: float = 0.0  # taking a lease: until when a new primary holds it back
+
+
+def watch(pipe: Pipeline, task_id: str, *, taking: bool = False) -> Seen:
+    """WATCH a task's record and read it, with Redis's time, in a transaction's watch phase
+    (``taking``: the move takes a lease, so also until when a new primary holds leases back)."""
+    key = PREFIX + task_id
+    pipe.watch(key)  # type: ignore[no-untyped-call]
+    raw_state, known, held_by, raw_now, raw_hold = clock.evalsha(
+        pipe,
+        pipe.register_script(_READ),
+        [key, clock.PRIMARY_KEY],
+        [audit.INSTALLATION, "1" if taking else "", LEASE_S, records.QUEUED_AT],
+    )
+    return Seen(task_id, _state(raw_state), known, records.text(held_by) if held_by else "",
+                float(raw_now), float(raw_hold))  # fmt: skip
+
+
+def allowed(seen: Seen, after: State, *, holder: str | None = None, expect: State | None = None) -> None:
+    """Raise IllegalMove unless the table allows ``seen``'s state -> ``after``, from ``expect`` if
+    given, and (``holder``) the task is still that job's."""
+    check(seen.state, after)
+    if expect is not None and seen.state is not expect:
+        raise IllegalMove("illegal-move", f"task {seen.task_id} is {seen.state}, not {expect}")
+    if holder is not None and after is not State.RUNNING and (seen.state is not State.RUNNING
+                                                             or seen.holder != holder):  # fmt: skip
+        raise IllegalMove("illegal-move", f"task {seen.task_id} is no longer this job's (it holds no lease)")
+
+
+def write(
+    pipe: Pipeline,
+    seen: Seen,
+    after: State,
+    detail: str = "",
+    *,
+    publication: bytes | None = None,
+    holder: str | None = None,
+    **fields: str,
+) -> Moved:
+    """Queue one move from ``seen`` in a transaction's MULTI (``allowed`` first: it raises before
+    anything is queued). ``move`` is one such transaction; a caller that moves several tasks at once,
+    or a task and what goes with it, makes its own (``worker.runs.line``)."""
+    allowed(seen, after, holder=holder)
+    task_id, before, now = seen.task_id, seen.state, seen.now
+    key = PREFIX + task_id
+    # Redis's time for every stamp of the move: the registries' scores and the lease are
+    # compared across workers; the shown ones (history, updated_at, audit) just agree with them.
+    event = orjson.dumps({"at": timestamp(now), "from": before, "to": after, "detail": detail})
+    audit.moved(pipe, task_id, known=seen.installation, before=before, after=after, detail=detail,
+                fields=fields, at=timestamp(now))  # fmt: skip
+    record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
+    record["updated_at"] = timestamp(now)
+    record[HOLDER] = holder or ""
+    if after is State.QUEUED:
+        record[records.QUEUED_AT] = f"{now:.6f}"
+    record.update(fields)
+    if publication is not None:
+        record["publication"] = publication
+    pipe.hset(key, mapping=record)  # type: ignore[arg-type]
+    pipe.expire(key, RECORD_TTL_S)
+    pipe.rpush(key + records.HISTORY_SUFFIX, event)
+    pipe.ltrim(key + records.HISTORY_SUFFIX, -HISTORY_LIMIT, -1)
+    pipe.expire(key + records.HISTORY_SUFFIX, RECORD_TTL_S)
+    if before is not None:
+        pipe.zrem(REGISTRY + before.value, task_id)
+    pipe.zadd(REGISTRY + after.value, {task_id: now})
+    if after is State.RUNNING:
+        pipe.zadd(LEASES, {task_id: now + LEASE_S})
+    else:
+        pipe.zrem(LEASES, task_id)
+        if publication is not None and after in TERMINAL:
+            pipe.zadd(records.OUTBOX_KEY, {task_id: now})
+    return Moved(task_id, before, after, detail)
 
 
 def move(
@@ -193,66 +288,22 @@ def move(
     ``running`` on a primary new within ``LEASE_S`` first waits until it is not (``worker.clock``),
     so a job still running this task on a lease the old primary held has the time to stop.
     """
-    key = PREFIX + task_id
-    read = client.register_script(_READ)
     taking = after is State.RUNNING
     with client.pipeline() as pipe:
         while True:
             try:
-                pipe.watch(key)  # type: ignore[no-untyped-call]
-                raw_state, known, held_by, raw_now, raw_hold = clock.evalsha(
-                    pipe,
-                    read,
-                    [key, clock.PRIMARY_KEY],
-                    [audit.INSTALLATION, "1" if taking else "", LEASE_S, records.QUEUED_AT],
-                )
-                before = _state(raw_state)
-                check(before, after)
-                if (
-                    holder is not None
-                    and not taking
-                    and (before is not State.RUNNING or records.text(held_by) != holder)
-                ):
-                    raise IllegalMove(
-                        "illegal-move", f"task {task_id} is no longer this job's (it holds no lease)"
-                    )
-                now = float(raw_now)
-                if taking and float(raw_hold) > now:
+                seen = watch(pipe, task_id, taking=taking)
+                allowed(seen, after, holder=holder)
+                if taking and seen.hold > seen.now:
                     pipe.unwatch()
-                    _wait_for_new_primary(task_id, float(raw_hold) - now)
+                    _wait_for_new_primary(task_id, seen.hold - seen.now)
                     continue
-                # Redis's time for every stamp of the move: the registries' scores and the lease are
-                # compared across workers; the shown ones (history, updated_at, audit) just agree with them.
-                event = orjson.dumps({"at": timestamp(now), "from": before, "to": after, "detail": detail})
                 pipe.multi()
-                audit.moved(pipe, task_id, known=known, before=before, after=after, detail=detail,
-                            fields=fields, at=timestamp(now))  # fmt: skip
-                record: dict[str | bytes, str | bytes] = {"state": after.value, "detail": detail}
-                record["updated_at"] = timestamp(now)
-                record[HOLDER] = holder or ""
-                if after is State.QUEUED:
-                    record[records.QUEUED_AT] = f"{now:.6f}"
-                record.update(fields)
-                if publication is not None:
-                    record["publication"] = publication
-                pipe.hset(key, mapping=record)  # type: ignore[arg-type]
-                pipe.expire(key, RECORD_TTL_S)
-                pipe.rpush(key + records.HISTORY_SUFFIX, event)
-                pipe.ltrim(key + records.HISTORY_SUFFIX, -HISTORY_LIMIT, -1)
-                pipe.expire(key + records.HISTORY_SUFFIX, RECORD_TTL_S)
-                if before is not None:
-                    pipe.zrem(REGISTRY + before.value, task_id)
-                pipe.zadd(REGISTRY + after.value, {task_id: now})
-                if taking:
-                    pipe.zadd(LEASES, {task_id: now + LEASE_S})
-                else:
-                    pipe.zrem(LEASES, task_id)
-                    if publication is not None and after in TERMINAL:
-                        pipe.zadd(records.OUTBOX_KEY, {task_id: now})
+                moved = write(pipe, seen, after, detail, publication=publication, holder=holder, **fields)
                 if also is not None:
                     also(pipe)
                 pipe.execute()
-                return Moved(task_id, before, after, detail)
+                return moved
             except redis.WatchError:
                 continue
 

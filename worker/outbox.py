@@ -25,7 +25,9 @@ from baton import records
 from baton.errors import BatonError
 from baton.logs import timestamp
 from worker import clock, lifecycle
-from worker.publish import Busy, Publication
+from worker.context import Context
+from worker.github import deadline
+from worker.publish import Busy, Publication, publisher
 
 log = logging.getLogger("baton.outbox")
 
@@ -133,3 +135,13 @@ def drain(
             break
         published += attempt(client, task_id, perform) is not None
     return published
+
+
+def publish_now(ctx: Context, task_id: str) -> str:
+    """One attempt at once; if GitHub fails, the outbox keeps it and an idle worker retries."""
+    if ctx.github is None:
+        return "not published: the worker has no App credentials"
+    if deadline.spent():  # the work's time for GitHub is gone: an idle worker tries, on its own time
+        return "kept in the outbox for an idle worker: no time left for GitHub"
+    done = attempt(ctx.redis, task_id, publisher(ctx.github, ctx.redis, ctx.app_id, ctx.replication))
+    return done if done is not None else "not published yet: kept in the outbox for another attempt"

@@ -135,6 +135,22 @@ class Publication:
     def empty(self) -> bool:
         return self.comment is None and not self.check_runs and not self.replies
 
+    @classmethod
+    def about(
+        cls, task: Task, status: Status | None, check_runs: Sequence[CheckRunEnd] = (),
+        replies: Sequence[Reply] = (),
+    ) -> Publication | None:  # fmt: skip
+        """What GitHub should hear about ``task`` ending: its issue's status (a follow-up's pull
+        request's too), its check runs, its replies in review threads; None: nothing (or nowhere to
+        say it)."""
+        repo = task.repository
+        if repo is None or task.installation_id is None:
+            return None
+        comment = render(status) if status is not None and task.number is not None else None
+        pub = cls(task.id, task.received_at, task.installation_id, repo.full_name, repo.id, task.number,
+                  comment, tuple(check_runs), task.pull_request, tuple(replies))  # fmt: skip
+        return None if pub.empty else pub
+
 
 def perform(app: GitHubApp, cache: redis.Redis, pub: Publication, app_id: int | None) -> str:
     """Do everything ``pub`` says; raise GitHubError or Busy to be tried again. Returns what was done."""

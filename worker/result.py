@@ -15,6 +15,7 @@ from baton.tasks import Kind, Task
 from worker.context import Context
 from worker.lifecycle import State
 from worker.messages import failure
+from worker.policy import Policy
 from worker.publish import CheckRunEnd, Reply
 from worker.status import Status
 
@@ -33,13 +34,18 @@ class Result:
 @dataclass(frozen=True)
 class HandOff:
     """An admitted run: not over. ``worker.jobs`` moves the task back to ``queued`` with its run
-    job on the agents queue (``worker.runs.admit.hand_off``), and says ``status`` on the issue."""
+    job on the agents queue (``worker.runs.admit.hand_off``), and says ``status`` on the issue.
+
+    ``wait``: no run slot is free, or others wait for one: the run waits in its repository's line
+    instead (``worker.runs.line``), judged by this policy's limits when its turn comes; ``status``
+    is what the issue says once it is on the agents queue."""
 
     detail: str
     status: Status
     fields: dict[str, str] = field(default_factory=dict)
     #: The task the run job runs; None: the handler's (an iteration's names its issue and pull request).
     task: Task | None = None
+    wait: Policy | None = None
 
 
 #: What a handler decides: how the task ends, or that it goes on in the agents queue.

@@ -26,7 +26,8 @@ gaps:
   ``RENEW_EVERY_S`` (``tick``), and one Redis script hands each duty to the first worker that asks
   once its previous holder's claim (``SET NX PX``) has lapsed, timed by Redis's clock. The duties:
   the sweep (tasks whose lease ran out, jobs never started, jobs lost on the way:
-  ``worker.requeue``), sealing captured audit events (``worker.audit``), and for idle workers only,
+  ``worker.requeue``), sealing captured audit events (``worker.audit``), starting the runs waiting
+  in a repository's line that a freed slot let start (``worker.runs.line``), and for idle workers only,
   draining the publishing outbox (``worker.outbox``) and the check for a redelivery pass
   (``worker.redeliver``, which also keeps its own schedule). Each run is counted in
   ``baton:counters`` (``duty_<name>``, in /metrics). Correctness never rests on the claim: each duty
@@ -76,7 +77,7 @@ from worker.github import deadline
 from worker.lifecycle import State
 from worker.publish import publisher
 from worker.runner import box
-from worker.runs import admit
+from worker.runs import admit, line
 
 log = logging.getLogger("baton.worker")
 
@@ -116,7 +117,11 @@ AUDIT = Duty("audit", RENEW_EVERY_S, idle_only=False)
 OUTBOX = Duty("outbox", RENEW_EVERY_S, idle_only=True)
 #: Whether a redelivery pass is due, and if so the pass (GitHub; the pass keeps its own lock and schedule).
 REDELIVERY = Duty("redelivery", RENEW_EVERY_S, idle_only=True)
-DUTIES = (SWEEP, AUDIT, OUTBOX, REDELIVERY)
+#: Every repository's line of waiting runs moved once (``worker.runs.line``): the head starts if a slot
+#: freed with no run ending to start it (a lapsed lease, another repository's run, a crash). Redis
+#: only from a busy worker; an idle one also updates the waiting runs' statuses.
+LINE = Duty("line", RENEW_EVERY_S, idle_only=False)
+DUTIES = (SWEEP, AUDIT, OUTBOX, REDELIVERY, LINE)
 #: Counted when a redelivery check found a pass due and ran it.
 REDELIVERY_RAN = "redelivery_pass"
 
@@ -392,6 +397,8 @@ def run(
             error = BatonError("worker-lost", "its worker stopped as the job started, before the task ran")
             ended += jobs.end_abnormally(ctx, task_id, data, error, publish=publish, job_id=job_id)
         requeue.lost_jobs(ctx.redis)
+    if LINE in duties and not stop():
+        line.sweep(ctx, publish=publish, stop=stop)
     if stop():
         return ended, 0
     if OUTBOX in duties and ctx.github is not None:

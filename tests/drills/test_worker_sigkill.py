@@ -10,9 +10,9 @@ platform restarts a crashed machine's process, on the same data directory).
 
 Figures, scaled to the suite's budget (the issue's figure in brackets): ``N_RUNS`` labels [200],
 at most ``IN_FLIGHT`` unfinished at once (the org's concurrent-run budget is 8: beyond it a label
-is refused, which would drill nothing); ``len(KILLS)`` kills, one every ``KILL_EVERY_S`` seconds
-[every few seconds, for the whole stream]. The drill takes about a minute on a busy 2-core machine,
-half of it the 30 s lease a killed worker's task must outlive.
+waits in line, drilled on its own at the end of this module); ``len(KILLS)`` kills, one every
+``KILL_EVERY_S`` seconds [every few seconds, for the whole stream]. The drill takes about a minute
+on a busy 2-core machine, half of it the 30 s lease a killed worker's task must outlive.
 
 What must hold:
 
@@ -41,15 +41,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import redis
 
-from baton import queues
+from baton import keys, queues, records
 from emulator import world
+from tests.conftest import EvidenceKeys
 from tests.drills import accounting, known_bugs
 from tests.drills.procs import (
     Proc,
@@ -62,8 +65,9 @@ from tests.drills.procs import (
     running_task,
     wait_for,
     worker_env,
+    worker_pool,
 )
-from tests.worker.conftest import Stage, Workers
+from tests.worker.conftest import ONE_RUN_SLOT, Stage, Workers, make_stage
 from worker import lifecycle, publish, requeue
 from worker.gates import evaluate as gates
 from worker.lifecycle import State
@@ -443,3 +447,74 @@ def test_a_worker_killed_mid_follow_up_runs_it_again_once_with_one_commit_and_on
     settled = "every task to settle (the merge gates of both heads)"
     wait_for(lambda: not accounting.unsettled(rdb), SETTLE_S, settled, workers.log)
     accounting.account(stage.admin, rdb, [label, asked])  # one reply a thread, both comments final
+
+
+# -- a worker killed mid-run while other runs wait in line for its slot -------------------------------
+
+#: How long the line may take to drain after the kill: the lease, the retry and three runs in turn.
+LINE_SETTLE_S = lifecycle.LEASE_S + 3 * RENEW_EVERY_S + 90.0
+
+
+@pytest.fixture
+def one_slot(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
+    yield from make_stage(tmp_path, redis_url, rdb, repo_policy=ONE_RUN_SLOT)
+
+
+@pytest.fixture
+def one_slot_workers(
+    one_slot: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys
+) -> Iterator[Workers]:
+    with worker_pool(one_slot, redis_url, tmp_path, evidence_keys) as pool:
+        yield pool
+
+
+def test_a_worker_killed_mid_run_while_others_wait_in_line_loses_none_of_them(
+    one_slot: Stage, one_slot_workers: Workers, rdb: redis.Redis
+) -> None:
+    stage, workers = one_slot, one_slot_workers
+    workers.start("control", queues=f"{queues.CONTROL.name},{queues.GATES.name}")  # the PRs' gates too
+    numbers, sent = [], []
+    for i in range(3):
+        numbers.append(stage.issue_with(HELLO, title=f"Say hello {i}"))
+        deliveries = stage.admin.label(world.REPO, numbers[-1], ["agent:script"], sender="maria")[
+            "deliveries"
+        ]
+        sent.append(str(deliveries[-1]["guid"]))
+    repository = stage.task(deliveries[-1]).repository
+    assert repository is not None
+    line = keys.line(repository.id)
+
+    def in_line() -> list[str]:
+        return [records.text(m) for m in rdb.zrange(line, 0, -1)]
+
+    wait_for(lambda: in_line() == sent[1:], 60, "two runs waiting in line", workers.log)
+    victim = workers.start("a", queues=queues.AGENTS.name, env=worker_env("a.0"))
+    working = lambda: "Working on it" in stage.baton_comments(numbers[0])[0]["body"]  # noqa: E731
+    wait_for(working, 60, "the first run to start its box", workers.log)
+    tree = descendants(victim.pid)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    killed = time.monotonic()
+    workers.start("b", queues=queues.AGENTS.name, env=worker_env("b.0"))  # the platform restarts it
+
+    accounting.wait_settled(rdb, sent, LINE_SETTLE_S, log=workers.log())
+    print(f"\nthe line drained {time.monotonic() - killed:.1f}s after the kill")
+    assert alive(tree) == []
+    assert marked({"a.0"}) == []
+    report = accounting.account(stage.admin, rdb, sent)  # one terminal state, one status comment each
+    print(report.summary())
+    assert [str(lifecycle.current(rdb, t)) for t in sent] == ["pr_opened"] * 3, workers.log()
+    attempts = [lifecycle.field(rdb, t, admit.ATTEMPT) for t in sent]
+    assert attempts == ["2", "1", "1"]  # the killed run was retried; the others ran once
+    assert in_line() == []
+    assert not rdb.exists(keys.LINES_KEY)
+    # One after another, the retry included: each started after the one before had ended.
+    spans = [_span(rdb, t) for t in sent]
+    assert spans[0][1] <= spans[1][0], spans
+    assert spans[1][1] <= spans[2][0], spans
+
+
+def _span(rdb: redis.Redis, task_id: str) -> tuple[str, str]:
+    """When the run last went to running, and when it ended (its history's times)."""
+    moves = lifecycle.history(rdb, task_id)
+    return [m["at"] for m in moves if m["to"] == "running"][-1], moves[-1]["at"]

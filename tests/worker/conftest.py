@@ -165,3 +165,25 @@ def workers(stage: Stage, redis_url: str, tmp_path: Path, evidence_keys: Evidenc
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+#: The sample world's repository policy, with one run at a time: the others wait in line.
+ONE_RUN_SLOT = world.REPO_POLICY + "limits:\n  max_concurrent_runs: 1\n"
+
+
+@pytest.fixture
+def one_slot(tmp_path: Path, redis_url: str, rdb: redis.Redis) -> Iterator[Stage]:
+    """The stage, with ``ONE_RUN_SLOT`` as the repository's policy."""
+    yield from make_stage(tmp_path, redis_url, rdb, repo_policy=ONE_RUN_SLOT)
+
+
+@pytest.fixture
+def one_slot_workers(
+    one_slot: Stage, redis_url: str, tmp_path: Path, evidence_keys: EvidenceKeys
+) -> Iterator[Workers]:
+    pool = Workers(one_slot, redis_url, tmp_path, evidence_keys)
+    yield pool
+    for proc in pool.started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

@@ -15,7 +15,7 @@ from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, rqworker
 from worker.context import Context
-from worker.rqworker import AUDIT, DUTIES, OUTBOX, REDELIVERY, SWEEP, Duty, claim, tick
+from worker.rqworker import AUDIT, DUTIES, LINE, OUTBOX, REDELIVERY, SWEEP, Duty, claim, tick
 
 #: A duty with a short interval, so a test can watch its claim lapse.
 QUICK = Duty("test-quick", 0.3, idle_only=False)
@@ -57,7 +57,7 @@ def test_the_claim_also_says_whether_a_lease_ran_out(rdb: redis.Redis) -> None:
 
 def test_a_busy_worker_is_offered_only_what_touches_redis_alone(rdb: redis.Redis) -> None:
     ticked = tick(Context(rdb, None, None), idle=False)
-    assert ticked.won == {SWEEP, AUDIT}
+    assert ticked.won == {SWEEP, AUDIT, LINE}
     assert not rdb.exists(OUTBOX.key)
     assert not rdb.exists(REDELIVERY.key)
     assert tick(Context(rdb, None, None), idle=True).won == {OUTBOX, REDELIVERY}

@@ -9,7 +9,7 @@ from emulator import world
 from tests.worker.conftest import Stage
 from worker import lifecycle, outbox
 from worker.handlers import CHECK_RUN_OPENING, CHECK_RUN_SENT_AT
-from worker.jobs import publish_now
+from worker.outbox import publish_now
 from worker.publish import publisher
 from worker.rqworker import sweep
 

@@ -5,7 +5,9 @@ The gate has allowed the run. Before anything starts, one Redis transaction
 the repository and the installation are within their daily runs, agent minutes and
 concurrent runs, and if so takes the issue's lock and counts the run. The task then
 moves back to ``queued`` and its run job is put on the agents queue in the same
-transaction (``hand_off``), so a crash leaves either both or neither.
+transaction (``hand_off``), so a crash leaves either both or neither. A run refused only because no
+run slot is free (or that arrives while others wait for one) waits in its repository's line
+instead, holding the issue's lock: ``worker.runs.line`` starts it when its turn comes.
 
 A run whose worker was lost is handed off once more (``retry``), if it can take its lock again.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from redis.client import Pipeline
 from rq.job import Callback
 from rq.queue import Queue
@@ -32,6 +35,7 @@ from worker.context import Context
 from worker.lifecycle import State
 from worker.policy import Policy
 from worker.runs import budget
+from worker.trigger import where
 
 log = logging.getLogger("baton.runs")
 
@@ -39,12 +43,14 @@ RUN_LOCK_S = 60.0
 QUEUED_LOCK_S = 6 * 3600.0
 #: A run whose worker was lost is tried once more, then ends failed.
 MAX_ATTEMPTS = 2
-#: Record fields of an admitted run: what the run job reads back.
+#: Record fields of an admitted run: what the run job reads back. ``JOB`` names the run job from the
+#: moment the run is handed over, to the agents queue or to its repository's line (which enqueues
+#: it under that id when its turn comes): the task has moved on from its admission job either way.
 AGENT, OFFLINE, ATTEMPT, JOB = "run_agent", "run_offline", "run_attempt", "run_job"
 #: Set on an iteration's record before its admission: the issue whose lock and slots it takes (its
 #: own task names the pull request), so whatever ends the task frees those.
 ISSUE = "run_issue"
-#: The kinds of task that take an issue's run lock and slots, and free them as they end.
+#: The kinds whose control task may reserve a run (its lock and slots): whatever ends one releases them.
 RUN_KINDS = frozenset({Kind.AGENT_RUN, Kind.COMMAND, Kind.ITERATE})
 #: + task id -> the run's record (JSON): the evidence, a retry's memory of its push, provenance.
 RECORD_PREFIX = keys.RUN_RECORD_PREFIX
@@ -58,22 +64,21 @@ def lock_key(task: Task) -> str:
 
 def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
     """The repository's budget and the installation's (from the org file); ``policy`` None: keys only."""
-    if task.repository is None or task.installation_id is None:
-        raise BatonError("no-installation", "the delivery names no repository or installation")
+    repo, installation = where(task)
     repo_limits = policy.limits if policy is not None else None
     org = repo_limits.installation if repo_limits is not None else None
     return [
         budget.Scope(
-            f"repo:{task.repository.id}",
-            task.repository.full_name,
+            f"repo:{repo.id}",
+            repo.full_name,
             repo_limits.max_runs_per_day if repo_limits else None,
             repo_limits.max_agent_minutes_per_day if repo_limits else None,
             repo_limits.max_concurrent_runs if repo_limits else None,
             repo_limits.max_model_spend_per_day if repo_limits else None,
         ),
         budget.Scope(
-            f"installation:{task.installation_id}",
-            f"installation {task.installation_id}",
+            f"installation:{installation}",
+            f"installation {installation}",
             org.max_runs_per_day if org else None,
             org.max_agent_minutes_per_day if org else None,
             org.max_concurrent_runs if org else None,
@@ -83,12 +88,16 @@ def scopes(task: Task, policy: Policy | None) -> list[budget.Scope]:
 
 
 def reserve(ctx: Context, task: Task, policy: Policy) -> budget.Verdict:
+    """The lock and the budgets; a concurrent-runs verdict means the run waits in its repository's
+    line (``worker.runs.line``), holding the lock, counted nowhere yet."""
+    repo, _ = where(task)
     return budget.reserve(
         ctx.redis,
         scopes(task, policy),
         task_id=task.id,
         lease_s=QUEUED_LOCK_S,
         lock=(lock_key(task), int(QUEUED_LOCK_S * 1000)),
+        line=keys.line(repo.id),
     )
 
 
@@ -120,26 +129,6 @@ def renew(ctx: Context, task: Task) -> bool:
     )
 
 
-def release(
-    ctx: Context,
-    task: Task,
-    *,
-    started: str | None,
-    agent_seconds: float = 0.0,
-) -> None:
-    """The run is over: its minutes counted on the day it started, lock and slots freed (its model
-    dollars were counted as its calls ended)."""
-    day = started[:10] if started else budget.day(clock.utc(ctx.redis))
-    budget.release(
-        ctx.redis,
-        scopes(task, None),
-        task_id=task.id,
-        day=day,
-        agent_seconds=agent_seconds,
-        lock_key=lock_key(task),
-    )
-
-
 def job_id(task_id: str, attempt: int) -> str:
     return f"{task_id}_run{attempt}"
 
@@ -150,6 +139,21 @@ def task_id_of(job_id_: str) -> str:
     return head if dot and tail.isdigit() else job_id_
 
 
+def enqueue(pipe: Pipeline, client: redis.Redis, task: Task, job: str) -> None:
+    """Put ``task``'s run job ``job`` on the agents queue, in the transaction ``pipe`` is in (MULTI)."""
+    spec = queues.AGENTS
+    Queue(spec.name, connection=client, serializer=JSONSerializer).enqueue_call(
+        queues.RUN_FUNCTION,
+        args=[task.to_dict()],
+        job_id=job,
+        timeout=spec.job_timeout,
+        result_ttl=queues.RESULT_TTL_S,
+        failure_ttl=queues.FAILURE_TTL_S,
+        on_failure=Callback(queues.FAILURE_CALLBACK),
+        pipeline=pipe,
+    )
+
+
 def hand_off(
     ctx: Context, task: Task, detail: str, *, attempt: int, holder: str | None = None, **fields: str
 ) -> str:
@@ -158,31 +162,20 @@ def hand_off(
     Raises lifecycle.IllegalMove if the task ended meanwhile, or (``holder``: the admitting job's
     hand-off) is not that job's any more; then nothing was enqueued."""
     job = job_id(task.id, attempt)
-    spec = queues.AGENTS
-    queue = Queue(spec.name, connection=ctx.redis, serializer=JSONSerializer)
-
-    def enqueue(pipe: Pipeline) -> None:
-        queue.enqueue_call(
-            queues.RUN_FUNCTION,
-            args=[task.to_dict()],
-            job_id=job,
-            timeout=spec.job_timeout,
-            result_ttl=queues.RESULT_TTL_S,
-            failure_ttl=queues.FAILURE_TTL_S,
-            on_failure=Callback(queues.FAILURE_CALLBACK),
-            pipeline=pipe,
-        )
-
-    lifecycle.move(
-        ctx.redis,
-        task.id,
-        State.QUEUED,
-        detail,
-        publication=None,
-        also=enqueue,
-        holder=holder,
-        **{ATTEMPT: str(attempt), JOB: job, **fields},
-    )
+    with ctx.redis.pipeline() as pipe:
+        while True:
+            try:
+                seen = lifecycle.watch(pipe, task.id)
+                # From running only: queued -> queued is a waiting run's turn (worker.runs.line).
+                lifecycle.allowed(seen, State.QUEUED, holder=holder, expect=State.RUNNING)
+                pipe.multi()
+                lifecycle.write(pipe, seen, State.QUEUED, detail, publication=None, holder=holder,
+                                **{ATTEMPT: str(attempt), JOB: job, **fields})  # fmt: skip
+                enqueue(pipe, ctx.redis, task, job)
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
     log.info("run handed to the agents queue", extra={"task": task.id, "job": job, "attempt": attempt})
     return job
 

@@ -8,7 +8,10 @@ cannot use up the installation's shared budget unnoticed.
 
 ``judge`` is the pure decision. ``reserve`` reads usage, judges and records the
 reservation in one optimistic Redis transaction (WATCH / MULTI, retried on a
-conflict), so two workers racing for the last slot cannot both win.
+conflict), so two workers racing for the last slot cannot both win. Its reads (``read``) and
+writes (``count``, and a release's ``uncount``) are also offered on their own, for a transaction
+that does more: a run's end and the start of the next waiting in its repository's line
+(``worker.runs.line``), in one. A run refused only because no slot is free waits in that line.
 
 Keys: ``baton:budget:<scope key>:<YYYY-MM-DD>`` is a hash of the day's ``runs``,
 ``agent_seconds`` and ``model_usd`` plus a ``task:<id>`` marker per counted task
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
 import redis
+from redis.client import Pipeline
 
 from baton import keys, records
 from worker import clock
@@ -126,7 +130,7 @@ class Verdict:
         if self.code == CONCURRENT_RUNS:
             first = (
                 f"{self.scope} already has {used} of its {self.limit} concurrent runs in progress; "
-                "this one was not started. Try again when one finishes."
+                "this one waits in line for a free slot."
             )
         elif self.code == RUNS_PER_DAY:
             first = (
@@ -263,6 +267,69 @@ def usage(client: redis.Redis, scope: Scope, now: datetime | None = None) -> Usa
     return Usage(int(_number(runs)), _number(seconds), int(active), _number(spent))
 
 
+def watched(scopes: Sequence[Scope], on: str) -> list[str]:
+    """The keys a transaction that reads or counts ``scopes`` on day ``on`` must WATCH."""
+    return [*(budget_key(s, on) for s in scopes), *(active_key(s) for s in scopes)]
+
+
+def read(pipe: Pipeline, scopes: Sequence[Scope], *, task_id: str, now: datetime) -> list[tuple[Usage, bool]]:
+    """Each scope's usage as a reservation for ``task_id`` at ``now`` counts it, and whether the task
+    is counted there today already; read in a transaction's watch phase (its ``watched`` keys).
+
+    A task counted today is not counted against itself, nor is its own slot (a retry's)."""
+    on, stamp, marker = day(now), now.timestamp(), _task_marker(task_id)
+    found = []
+    for scope in scopes:
+        runs, seconds, spent, mine = pipe.hmget(
+            budget_key(scope, on), ["runs", "agent_seconds", MODEL_USD, marker]
+        )
+        live = int(pipe.zcount(active_key(scope), f"({_score(stamp)}", "+inf"))
+        own = pipe.zscore(active_key(scope), task_id)
+        if own is not None and float(own) > stamp:
+            live -= 1  # a retry's own slot is not someone else's run
+        counted = mine is not None
+        found.append((Usage(int(_number(runs)) - counted, _number(seconds), live, _number(spent)), counted))
+    return found
+
+
+def count(
+    pipe: Pipeline, scopes: Sequence[Scope], *, task_id: str, now: datetime, lease_s: float,
+    counted: Sequence[bool],
+) -> None:  # fmt: skip
+    """Queue a reservation's writes (in a transaction's MULTI): the run counted in every scope where
+    it is not yet (``counted``, from ``read``), and its slot held for ``lease_s``."""
+    on, stamp, marker = day(now), now.timestamp(), _task_marker(task_id)
+    for scope, already in zip(scopes, counted, strict=True):
+        budget, active = budget_key(scope, on), active_key(scope)
+        if not already:
+            pipe.hincrby(budget, "runs", 1)
+            pipe.hset(budget, marker, on)
+        pipe.expire(budget, BUDGET_TTL_S)
+        pipe.zremrangebyscore(active, "-inf", _score(stamp))  # lapsed leases: dead runs
+        pipe.zadd(active, {task_id: stamp + lease_s})
+
+
+def uncount(pipe: Pipeline, scopes: Sequence[Scope], *, task_id: str, on: str, agent_seconds: float) -> None:
+    """Queue a release's writes (in a transaction's MULTI): the run's agent time on ``on``, the day
+    it started, and its slots freed. The lock is the caller's: only while it is still the task's."""
+    _check_task(task_id)
+    if not (agent_seconds >= 0 and math.isfinite(agent_seconds)):
+        raise ValueError(f"agent_seconds must be a finite number at least 0, got {agent_seconds}")
+    datetime.strptime(on, "%Y-%m-%d")  # only checks the spelling: ValueError if it is not a day
+    for scope in scopes:
+        pipe.hincrbyfloat(budget_key(scope, on), "agent_seconds", round(agent_seconds, 3))
+        pipe.expire(budget_key(scope, on), BUDGET_TTL_S)
+        pipe.zrem(active_key(scope), task_id)
+
+
+def behind(verdict: Verdict, waiting: int) -> Verdict:
+    """A run that could start while ``waiting`` runs wait in its repository's line waits behind them
+    (``worker.runs.line``): nobody overtakes, so it is told concurrent-runs like them."""
+    if verdict.allowed and waiting > 0:
+        return Verdict(False, CONCURRENT_RUNS, seconds_left=verdict.seconds_left)
+    return verdict
+
+
 def reserve(
     client: redis.Redis,
     scopes: Sequence[Scope],
@@ -271,56 +338,45 @@ def reserve(
     now: datetime | None = None,
     lease_s: float,
     lock: tuple[str, int] | None = None,
+    line: str | None = None,
 ) -> Verdict:
     """Judge and, if allowed, count the run in every scope and take the issue's lock, atomically.
 
     ``lock`` is ``(key, ttl_ms)``: held by another task, the verdict is ``busy`` and
     nothing is written; held by ``task_id`` (a retry), it is taken again. A task
     counted today is not counted twice, and its own entries do not count against it.
-    ``now``: Redis's, read once before the transaction (its day names the keys it watches).
+    ``line``: the repository's line of waiting runs (a sorted set); while anyone waits there the
+    run waits too (``behind``), and a concurrent-runs verdict takes the lock and counts nothing:
+    the run waits in the line holding its issue. ``now``: Redis's, read once before the transaction
+    (its day names the keys it watches).
     """
     _check_task(task_id, lease_s, lock)
     now = clock.utc(client) if now is None else now
-    on = day(now)
-    stamp = now.timestamp()
-    marker = _task_marker(task_id)
-    budgets = [budget_key(s, on) for s in scopes]
-    actives = [active_key(s) for s in scopes]
-    watched = [*budgets, *actives, *([lock[0]] if lock is not None else [])]
-    if not watched:
+    watch = [*watched(scopes, day(now)), *([lock[0]] if lock is not None else []), *([line] if line else [])]
+    if not watch:
         return Verdict(True)  # no scope and no lock: nothing to count or to hold
     with client.pipeline() as pipe:
         while True:
             try:
-                pipe.watch(*watched)  # type: ignore[no-untyped-call]
+                pipe.watch(*watch)  # type: ignore[no-untyped-call]
                 if lock is not None:
                     holder = _text(pipe.get(lock[0]))
                     if holder is not None and holder != task_id:
                         return Verdict(False, BUSY, holder=holder)
-                seen: list[tuple[Scope, Usage]] = []
-                counted: list[bool] = []
-                for scope, budget, active in zip(scopes, budgets, actives, strict=True):
-                    runs, seconds, spent, mine = pipe.hmget(
-                        budget, ["runs", "agent_seconds", MODEL_USD, marker]
-                    )
-                    live = int(pipe.zcount(active, f"({_score(stamp)}", "+inf"))
-                    own = pipe.zscore(active, task_id)
-                    if own is not None and float(own) > stamp:
-                        live -= 1  # a retry's own slot is not someone else's run
-                    counted.append(mine is not None)
-                    seen.append((scope, Usage(int(_number(runs)) - counted[-1], _number(seconds), live,
-                                              _number(spent))))  # fmt: skip
-                verdict = judge(seen, now)
+                found = read(pipe, scopes, task_id=task_id, now=now)
+                verdict = judge([(s, u) for s, (u, _) in zip(scopes, found, strict=True)], now)
+                if line is not None:
+                    verdict = behind(verdict, int(pipe.zcard(line)))
+                    if verdict.code == CONCURRENT_RUNS:
+                        pipe.multi()
+                        if lock is not None:
+                            pipe.set(lock[0], task_id, px=lock[1])
+                        pipe.execute()
+                        return verdict
                 if not verdict.allowed:
                     return verdict
                 pipe.multi()
-                for budget, active, already in zip(budgets, actives, counted, strict=True):
-                    if not already:
-                        pipe.hincrby(budget, "runs", 1)
-                        pipe.hset(budget, marker, on)
-                    pipe.expire(budget, BUDGET_TTL_S)
-                    pipe.zremrangebyscore(active, "-inf", _score(stamp))  # lapsed leases: dead runs
-                    pipe.zadd(active, {task_id: stamp + lease_s})
+                count(pipe, scopes, task_id=task_id, now=now, lease_s=lease_s, counted=[c for _, c in found])
                 if lock is not None:
                     pipe.set(lock[0], task_id, px=lock[1])
                 pipe.execute()
@@ -377,20 +433,6 @@ def renew(
     return bool(client.register_script(_RENEW)(keys=keys, args=args))
 
 
-_RELEASE = """
-local n = tonumber(ARGV[1])
-for i = 1, n do
-  redis.call('HINCRBYFLOAT', KEYS[i], 'agent_seconds', ARGV[3])
-  redis.call('EXPIRE', KEYS[i], ARGV[4])
-  redis.call('ZREM', KEYS[n + i], ARGV[2])
-end
-if #KEYS > 2 * n and redis.call('GET', KEYS[2 * n + 1]) == ARGV[2] then
-  redis.call('DEL', KEYS[2 * n + 1])
-end
-return 1
-"""
-
-
 def release(
     client: redis.Redis,
     scopes: Sequence[Scope],
@@ -405,16 +447,25 @@ def release(
 
     Not idempotent on purpose: each call reports time an agent really ran, so a
     retried run's second attempt counts too. The lock is deleted only if it is
-    still ``task_id``'s (a lapsed lock may already be another run's).
+    still ``task_id``'s (a lapsed lock may already be another run's). The run's repository's
+    line is not moved here: ``worker.runs.line.release`` frees the slots and starts the next.
     """
     _check_task(task_id)
-    if not (agent_seconds >= 0 and math.isfinite(agent_seconds)):
-        raise ValueError(f"agent_seconds must be a finite number at least 0, got {agent_seconds}")
-    datetime.strptime(day, "%Y-%m-%d")  # only checks the spelling: ValueError if it is not a day
-    keys = [budget_key(s, day) for s in scopes] + [active_key(s) for s in scopes]
-    keys += [lock_key] if lock_key is not None else []
-    args: list[str | int] = [len(scopes), task_id, f"{agent_seconds:.3f}", BUDGET_TTL_S]
-    client.register_script(_RELEASE)(keys=keys, args=args)
+    with client.pipeline() as pipe:
+        while True:
+            try:
+                mine = False
+                if lock_key is not None:
+                    pipe.watch(lock_key)  # type: ignore[no-untyped-call]
+                    mine = _text(pipe.get(lock_key)) == task_id
+                pipe.multi()
+                uncount(pipe, scopes, task_id=task_id, on=day, agent_seconds=agent_seconds)
+                if mine and lock_key is not None:
+                    pipe.delete(lock_key)
+                pipe.execute()
+                return
+            except redis.WatchError:
+                continue
 
 
 class SpendLedger:

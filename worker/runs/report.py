@@ -8,6 +8,7 @@ and ``fenced``, and the output tail is redacted first.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -250,6 +251,30 @@ def queued(
         details=context,
         next_steps=("Comment `/baton cancel` to stop it.",),
         notices=notices,
+    )
+
+
+def waiting(queued: Status, *, waiting: int, running: int, limit: str, why: str) -> Status:
+    """A run waiting in its repository's line (``worker.runs.line``), from the status it will have
+    once its turn comes (``queued``): what is ahead of it (``running``: the runs in progress that
+    hold the line back; ``waiting``: those in the line before it), and the limit that holds it
+    (``limit``, the baton.yml field; ``why``, the counts)."""
+    agent = inert(queued.agent) if queued.agent else "the agent"
+    runs = "run" if running == 1 else "runs"
+    place = f"{waiting + running} ahead ({running} {runs} in progress, {waiting} waiting before it)"
+    return dataclasses.replace(
+        queued,
+        summary=f"The capability gate allowed this run of {agent}. It is waiting for a free run slot "
+        f"in this repository's line, oldest first, and starts by itself when its turn comes: "
+        f"waiting: {place}.",
+        headline="⏳ Waiting for a free run slot",
+        details=(f"The limit is `{limit}`: {why}", *queued.details),
+        next_steps=(
+            "Comment `/baton cancel` (or remove the agent label, or close the issue) to take it out of "
+            "the line.",
+            f"To run more at once, ask an org admin to raise `{limit}` in the org's policy (`baton.yml` in "
+            "its `.github` repository).",
+        ),
     )
 
 
