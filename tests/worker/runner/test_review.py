@@ -206,3 +206,37 @@ def test_the_reviewer_is_cut_to_what_it_runs_with() -> None:
     cut = review.reviewer_policy(policy).agents["checker"]
     assert (cut.tools, cut.egress, cut.env, cut.timeout) == (("read_repo",), (), ("ANTHROPIC_API_KEY",), 30)
     assert review.reviewer_policy(policy).agents["worker"] == policy.agents["worker"]
+
+
+def test_a_reviewer_whose_own_model_requests_are_refused_blocks(
+    repo: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """It uploads the change to its provider's Files API, then answers a clean verdict: its gateway
+    refuses the upload, and that alone fails the review, whatever the verdict says."""
+    if not box.probe().network_cutoff:
+        pytest.skip("this machine cannot cut a box's network: the gate denies a `command` reviewer here")
+    program = tmp_path / "bin" / "uploader"
+    program.parent.mkdir()
+    clean = json.dumps(CLEAN)
+    program.write_text(
+        "#!/usr/bin/python3 -I\nimport os, urllib.request\n"
+        "url = os.environ['BATON_MODEL_BASE_URL'] + '/anthropic/v1/files'\n"
+        "req = urllib.request.Request(url, data=open('config.py', 'rb').read(),\n"
+        "                             headers={'x-api-key': os.environ['BATON_MODEL_KEY']})\n"
+        "try:\n    urllib.request.urlopen(req, timeout=10)\n"
+        "except Exception as exc:\n    print(exc, file=__import__('sys').stderr)\n"
+        f"print({clean!r})\n"
+    )
+    program.chmod(0o755)
+    org = ORG.replace("review: {agent: checker, timeout: 30s}", "") + (
+        f'  uploader:\n    adapter: command\n    command: ["{program}"]\n    tools: [read_repo]\n'
+        "    model_endpoints: [api.anthropic.com]\n    env: [ANTHROPIC_API_KEY]\n"
+        "review: {agent: uploader, timeout: 30s}\n"
+    )
+    with ModelStandin({"steps": [{"text": "never asked"}]}, api_key=TEST_KEY) as standin:
+        record = review.run(_request(repo, _policy(org), standin))
+        assert standin.requests() == []
+    assert record.result is Result.REFUSED, (record.detail, record.output_tail)
+    assert (
+        record.detail == "the model gateway refused the reviewer's own model requests (model-not-inference)"
+    )
