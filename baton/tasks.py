@@ -40,6 +40,8 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
     CONFLICT = "conflict"  # the branch has commits Baton did not make, or moved during the run
     OVER_LIMIT = "over-limit"  # the box passed its memory or disk limit and was stopped
+    #: The policy's reviewer (``review:``) found what it blocks on, or could not judge: nothing pushed.
+    REVIEW_BLOCKED = "review-blocked"
 
 
 class Kind(StrEnum):

@@ -52,7 +52,7 @@ class Demo:
 
     def __init__(self, admin: AdminClient, rdb: redis.Redis, w: world.World, github_dir: Path, *,
                  clis: Mapping[str, Path] | None = None, model: ModelStandin | None = None,
-                 work: Path | None = None) -> None:  # fmt: skip
+                 work: Path | None = None, reviewer: ModelStandin | None = None) -> None:  # fmt: skip
         self.admin = admin
         self.rdb = rdb
         self.world = w
@@ -60,6 +60,7 @@ class Demo:
         self.clis = dict(clis or {})  # adapter -> the directory of its installed CLI
         self.model = model  # the model stand-in behind Baton's model gateway
         self.work = work
+        self.reviewer = reviewer  # the reviewer's model (``demo.reviewing``), another provider's stand-in
 
     def wait(self, task_id: str) -> str:
         """The task's final state, once Baton has also published what it had to say."""

@@ -26,6 +26,7 @@ import redis
 
 from baton.redis_server import EmbeddedRedis
 from bot.app import WEBHOOK_PATH
+from demo import reviewing
 from demo.harness import (
     Demo,
     Outcome,
@@ -66,13 +67,20 @@ def run(out: Path | None, agents: tuple[str, ...] = DEFAULT_AGENTS) -> int:
         github = stack.enter_context(EmulatorServer(work / "github"))
         admin = stack.enter_context(AdminClient(github.url))
         port = free_port()
-        w = world.build(admin, github.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}")
+        w = world.build(admin, github.url, webhook_url=f"http://127.0.0.1:{port}{WEBHOOK_PATH}",
+                        org_policy=reviewing.org_policy(reviewing.install(work)))  # fmt: skip
         clis = {a: found for a in agents if (found := find_cli(REAL_AGENTS[a][0])) is not None}
         # Every agent's model calls go through Baton's model gateway, to this stand-in for the vendors;
         # it answers only to the key the worker holds, which no box ever sees.
         model = stack.enter_context(ModelStandin(AGENT_SCRIPT, record_dir=work / "model", api_key=MODEL_KEY))
         upstreams = ",".join(f"{provider}={model.url}" for provider in ("anthropic", "openai", "gemini"))
-        env = dict.fromkeys(("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"), MODEL_KEY)
+        # The reviewer's model is another provider's: a stand-in of its own (``demo.reviewing``).
+        reviewer = stack.enter_context(ModelStandin(reviewing.SCRIPT, record_dir=work / "reviewer-model",
+                                                    api_key=MODEL_KEY))  # fmt: skip
+        upstreams += f",{reviewing.PROVIDER}={reviewer.url}"
+        env = dict.fromkeys(
+            ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY"), MODEL_KEY
+        )
         env["BATON_MODEL_UPSTREAMS"] = upstreams
         if clis:
             where = dict.fromkeys(str(d) for d in clis.values())
@@ -81,7 +89,7 @@ def run(out: Path | None, agents: tuple[str, ...] = DEFAULT_AGENTS) -> int:
         stack.enter_context(baton_serving(work, w, server.url, github.url, port=port,
                                           env_extra={**env, **signing}))  # fmt: skip
         rdb = stack.enter_context(contextlib.closing(redis.Redis.from_url(server.url)))
-        demo = Demo(admin, rdb, w, github.directory, clis=clis, model=model, work=work)
+        demo = Demo(admin, rdb, w, github.directory, clis=clis, model=model, work=work, reviewer=reviewer)
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             pulls = pool.submit(play_all, demo, PULL_SCENARIOS)
             outcomes = play_all(demo, issue_scenarios(agents)) + pulls.result()

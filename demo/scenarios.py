@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from bot.app import CLIENT_NAME
+from demo import reviewing
 from demo.harness import EXAMPLE, RECEIPT, WAIT_S, Demo, Result, run_baton
 from emulator import world
 from emulator.model.standin import key_fingerprint
@@ -583,6 +584,7 @@ AFTER_REAL_CLIS: list[Scenario] = [
     ("web-fetch agent on a private repo", web_fetch_denied),
     ("an injected agent sends the repo out via its model API", model_exfiltration_refused),
     ("maintainer: /baton run researcher --offline", offline_retry),
+    ("a reviewer stops an injected change before it reaches GitHub", reviewing.reviewer_stops_injection),
 ]
 #: The real CLIs played unless ``--agents`` says otherwise.
 DEFAULT_AGENTS = ("claude-code",)

@@ -87,6 +87,7 @@ OUTCOME_STATE: dict[Outcome, State] = {
     Outcome.CANCELLED: State.CANCELLED,
     Outcome.CONFLICT: State.FAILED,
     Outcome.OVER_LIMIT: State.FAILED,
+    Outcome.REVIEW_BLOCKED: State.FAILED,
 }
 
 #: States no longer written, read as the state they meant. "accepted" (allowed, no run started:

@@ -320,6 +320,51 @@ def agent_run(
         "model": model_summary(record.model),
         "startedAt": _rfc3339(record.started_at),
         **({"followUp": follow_up_summary(record)} if record.follow_up else {}),
+        **({"review": review_summary(record.review)} if record.review else {}),
+    }
+
+
+def review_summary(review: Mapping[str, Any]) -> dict[str, object]:
+    """The reviewer's verdict, bounded: who judged (adapter and version, the prompt and the decision
+    by digest), the reply by digest, the result, each finding's category and places (its reasons are
+    the reviewer's words: they are in the run record, bound here by the reply's digest), and what its
+    box, its egress and its model calls were."""
+    egress = list(review.get("egress") or [])
+    findings = [
+        {
+            "category": _cut(f.get("category"), 40),
+            "found": bool(f.get("found")),
+            "locations": [_cut(loc, 200) for loc in list(f.get("locations") or [])[:MAX_ITEMS]],
+        }
+        for f in list(review.get("findings") or [])[:MAX_ITEMS]
+    ]
+    digest = review.get("reply_sha256")
+    return {
+        "agent": _cut(review.get("agent")),
+        "adapter": review.get("adapter"),
+        "adapterVersion": _cut(review.get("adapter_version")) if review.get("adapter_version") else None,
+        "promptVersion": review.get("prompt_version"),
+        "promptDigest": {"sha256": review.get("prompt_sha256")},
+        "decisionDigest": review.get("decision_sha256"),
+        "commit": review.get("commit"),
+        "result": review.get("result"),
+        "blocksOn": [_cut(c, 40) for c in list(review.get("blocks_on") or [])[:MAX_ITEMS]],
+        "blocking": [_cut(c, 40) for c in list(review.get("blocking") or [])[:MAX_ITEMS]],
+        "verdictDigest": {"sha256": digest} if digest else None,
+        "findings": findings,
+        "exit": {
+            "code": review.get("exit_code"),
+            "signal": review.get("signal"),
+            "timedOut": bool(review.get("timed_out")),
+        },
+        "durations": camel(review.get("durations") or {}),
+        "costUsd": review.get("cost_usd"),
+        "box": camel(review.get("box") or {}),
+        "egress": {
+            "logDigest": _sha(orjson.dumps(egress, option=orjson.OPT_SORT_KEYS)),
+            "refusedConnections": sum(int(e.get("connections") or 0) for e in egress if not e.get("allowed")),
+        },
+        "model": model_summary(review.get("model")),
     }
 
 

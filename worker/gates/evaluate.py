@@ -42,7 +42,7 @@ from evidence import statement
 from worker import audit, config, receipts
 from worker.authorize import ROLE_RANK, effective_role
 from worker.context import Context
-from worker.gates import builtin, commands, pulls, secrets, store, verdicts
+from worker.gates import builtin, commands, pulls, reviewer, secrets, store, verdicts
 from worker.gates.pulls import Pull
 from worker.gates.verdicts import Verdict
 from worker.github import api
@@ -208,6 +208,10 @@ def _judge(
         findings_truncated=scanned.truncated,
         commits=commits,
     )
+    if policy.review is not None and policy.review.merge_gate:  # after the built-in gates, read-only
+        checks.append(
+            reviewer.check(ctx, task, pr, policy, repo=mirror.path, base=base, head=head, patch=patch)
+        )
     # Baton's own PRs hold agent-written code, which already ran in this same box: no approval needed.
     untrusted = pr.fork or not (batons or _at_least(author_role, str(policy.trigger.min_permission)))
     approved = store.approval(ctx.redis, repo.id, number, head)

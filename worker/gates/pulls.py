@@ -21,6 +21,9 @@ class Pull:
     author: str
     author_type: str
     html_url: str = ""
+    #: Untrusted text (the merge gate's reviewer reads it as data; nothing decides on it).
+    title: str = ""
+    body: str = ""
 
     @classmethod
     def from_api(cls, data: dict[str, Any], full_name: str) -> Pull:
@@ -36,6 +39,8 @@ class Pull:
             str(data["user"]["login"]),
             str(data["user"].get("type", "User")),
             str(data.get("html_url") or ""),
+            str(data.get("title") or ""),
+            str(data.get("body") or ""),
         )
 
 

@@ -21,7 +21,18 @@ from worker.policy.explain import explain
 from worker.policy.facts import TaskFacts
 from worker.policy.load import PolicyDoc, org_policy, parse
 from worker.policy.merge import Merged, merge
-from worker.policy.model import Agent, Axis, Gate, Limits, Permission, Policy, Trigger, canonical_json
+from worker.policy.model import (
+    REVIEW_CATEGORIES,
+    Agent,
+    Axis,
+    Gate,
+    Limits,
+    Permission,
+    Policy,
+    Review,
+    Trigger,
+    canonical_json,
+)
 from worker.policy.schema import SCHEMA, schema_text
 
 __all__ = [
@@ -32,6 +43,7 @@ __all__ = [
     "MAX_POLICY_BYTES",
     "MODEL_KEYS",
     "MODEL_PROVIDERS",
+    "REVIEW_CATEGORIES",
     "SCHEMA",
     "UNKNOWN_AGENT",
     "WIDENING",
@@ -49,6 +61,7 @@ __all__ = [
     "PolicyError",
     "Problem",
     "Remedy",
+    "Review",
     "TaskFacts",
     "ToolSpec",
     "Trigger",

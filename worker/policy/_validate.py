@@ -30,7 +30,7 @@ SUPPORTED = frozenset(
 ANNOTATIONS = frozenset({"$schema", "title", "description"})
 
 _ARTICLE = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "a whole number",
-            "number": "a number"}  # fmt: skip
+            "number": "a number", "boolean": "true or false"}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from worker.policy.model import (
     Limits,
     Permission,
     Policy,
+    Review,
     Trigger,
     parse_duration,
 )
@@ -185,6 +186,32 @@ def agent_from(data: Mapping[str, Any]) -> Agent:
     )
 
 
+def review_from(data: Mapping[str, Any], agent: str) -> Review:
+    """A ``review:`` entry (its agent already checked), each field left out at its default."""
+    defaults = Review(agent)
+    return Review(
+        agent=agent,
+        blocks_on=tuple(data.get("blocks_on", defaults.blocks_on)),
+        timeout=parse_duration(data["timeout"]) if "timeout" in data else defaults.timeout,
+        merge_gate=bool(data.get("merge_gate", defaults.merge_gate)),
+    )
+
+
+#: The adapter a review may not run: the script agent follows the recipe it finds in its prompt, and
+#: the reviewer's prompt holds the issue's text and the agent's change, so they would write its verdict.
+SCRIPTED = "script"
+
+
+def reviewer_problem(name: str, agents: Mapping[str, Agent]) -> str | None:
+    """Why ``name`` cannot be the reviewer among ``agents`` (None: it can). The words end where the
+    caller says whose agents they are."""
+    agent = agents.get(name)
+    if agent is not None and agent.adapter == SCRIPTED:
+        return (f"{name!r} runs the script adapter, which follows the recipe in its prompt (the issue's text "
+                "and the agent's change would write its verdict); name an agent with a model")  # fmt: skip
+    return None
+
+
 def gate_from(data: Mapping[str, Any]) -> Gate:
     return Gate(name=data["name"], run=data["run"], timeout=parse_duration(data.get("timeout", "10m")))
 
@@ -203,6 +230,23 @@ def _org_problems(doc: PolicyDoc) -> list[Problem]:
         agents_named = ", ".join(sorted(named)) or "none"
         problems.append(doc.problem(at, f"{show_path(at)}: {default!r} is not one of this policy's agents "
                                         f"({agents_named})"))  # fmt: skip
+    review = doc.data.get("review")
+    if review is not None:
+        at = ("review", "agent")
+        found = (
+            {name: agent_from(a) for name, a in agents.items() if "adapter" in a and "tools" in a}
+            if agents is not None
+            else dict(DEFAULT_POLICY.agents)
+        )
+        if "agent" not in review:
+            problems.append(doc.problem(("review",), "review: missing required key 'agent' (an org file "
+                                                     "names its reviewer)"))  # fmt: skip
+        elif review["agent"] not in named:
+            listed = ", ".join(sorted(named)) or "none"
+            problems.append(doc.problem(at, f"{show_path(at)}: {review['agent']!r} is not one of this "
+                                            f"policy's agents ({listed})"))  # fmt: skip
+        elif (why := reviewer_problem(review["agent"], found)) is not None:
+            problems.append(doc.problem(at, f"{show_path(at)}: {why}"))
     for name, entry in doc.data.get("agents", {}).items():
         path: Path = ("agents", name)
         needed = (*ORG_AGENT_KEYS, "command") if entry.get("adapter") == "command" else ORG_AGENT_KEYS
@@ -248,6 +292,7 @@ def org_policy(doc: PolicyDoc | None) -> Policy:
         protected_paths=(*ALWAYS_PROTECTED, *d.get("paths", {}).get("protected", ())),
         gates=tuple(gate_from(g) for g in d.get("gates", ())),
         limits=limits_from(limits, base.limits),
+        review=review_from(d["review"], d["review"]["agent"]) if "review" in d else None,
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from worker.policy._validate import Path, show_path
 from worker.policy.catalogue import CATALOGUE
 from worker.policy.errors import WIDENING, PolicyError, Problem
-from worker.policy.load import REPO_LIMITS, SPEND_LIMITS, PolicyDoc, gate_from
+from worker.policy.load import REPO_LIMITS, SPEND_LIMITS, PolicyDoc, gate_from, review_from, reviewer_problem
 from worker.policy.model import (
     Agent,
     Axis,
@@ -44,6 +44,7 @@ from worker.policy.model import (
     Limits,
     Permission,
     Policy,
+    Review,
     Trigger,
     format_duration,
     parse_duration,
@@ -101,6 +102,7 @@ def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
     check = _Checker(repo)
     d = repo.data
     agents = _agents(check, ceiling.agents, d.get("agents"))
+    _keep_reviewer(check, ceiling, agents)
     effective = Policy(
         trigger=_trigger(check, ceiling.trigger, d.get("trigger", {}), agents),
         agents=agents,
@@ -108,6 +110,7 @@ def merge(ceiling: Policy, repo: PolicyDoc | None) -> Merged:
         protected_paths=(*ceiling.protected_paths, *d.get("paths", {}).get("protected", ())),
         gates=_gates(check, ceiling.gates, d.get("gates", ())),
         limits=_limits(check, ceiling.limits, d.get("limits", {})),
+        review=_review(check, ceiling.review, d.get("review"), agents),
     )
     return Merged(effective, tuple(sorted(set(check.problems))))
 
@@ -310,3 +313,79 @@ def _limits(check: _Checker, ceiling: Limits, d: Mapping[str, Any]) -> Limits:
         max_agent_memory=size["max_agent_memory"],
         max_workspace_bytes=size["max_workspace_bytes"],
     )
+
+
+def _keep_reviewer(check: _Checker, ceiling: Policy, agents: dict[str, Agent]) -> None:
+    """An ``agents:`` section that leaves out the agent the org's review runs would remove the review:
+    that agent stays (as the org defines it) and the attempt is reported."""
+    review = ceiling.review
+    if review is None or review.agent in agents or review.agent not in ceiling.agents:
+        return
+    agents[review.agent] = ceiling.agents[review.agent]
+    check.widen(
+        ("agents",),
+        f"leaves out {review.agent!r}, the agent the org's review runs; a repository cannot remove the "
+        "org's review, so it stays",
+        at_key=True,
+    )
+
+
+def _review(
+    check: _Checker, ceiling: Review | None, d: Mapping[str, Any] | None, agents: Mapping[str, Agent]
+) -> Review | None:
+    """A repository may add a review, add categories, lower the timeout and turn the merge-gate use on;
+    it may not remove the org's review, change its agent, drop categories or turn the gate use off."""
+    if d is None:
+        return ceiling
+    if ceiling is None:
+        name = d.get("agent")
+        if name is None:
+            check.widen(("review",), "names no agent, and the org has no review to inherit one from; name "
+                                     "one of the org's agents in review.agent", at_key=True)  # fmt: skip
+            return None
+        listed = ", ".join(sorted(agents)) or "none"
+        why = reviewer_problem(name, agents) or (
+            None
+            if name in agents
+            else f"{name!r} is not an agent the org policy allows here ({listed}); "
+            "a repository may only pick among them"
+        )
+        if why is not None:
+            check.widen(("review", "agent"), why)
+            return None
+        return review_from(d, name)
+    if "agent" in d and d["agent"] != ceiling.agent:
+        check.widen(
+            ("review", "agent"),
+            f"the org's review runs {ceiling.agent!r}; a repository cannot change its reviewer",
+        )
+    blocks = set(ceiling.blocks_on)
+    if "blocks_on" in d:
+        left_out = blocks - set(d["blocks_on"])
+        if left_out:
+            check.widen(
+                ("review", "blocks_on"),
+                f"leaves out {', '.join(sorted(left_out))}, which the org's review blocks on; a repository "
+                "may only add categories",
+            )
+        blocks |= set(d["blocks_on"])
+    timeout = ceiling.timeout
+    if "timeout" in d:
+        asked = parse_duration(d["timeout"])
+        if asked > ceiling.timeout:
+            check.widen(
+                ("review", "timeout"),
+                f"{d['timeout']} is longer than the org's {format_duration(ceiling.timeout)}; "
+                "a repository may only lower it",
+            )
+        else:
+            timeout = asked
+    merge_gate = ceiling.merge_gate
+    if "merge_gate" in d:
+        if ceiling.merge_gate and not d["merge_gate"]:
+            check.widen(
+                ("review", "merge_gate"),
+                "the org's review is also a merge-gate gate; a repository cannot turn that off",
+            )
+        merge_gate = merge_gate or bool(d["merge_gate"])
+    return Review(agent=ceiling.agent, blocks_on=tuple(blocks), timeout=timeout, merge_gate=merge_gate)

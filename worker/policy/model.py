@@ -110,6 +110,40 @@ class Gate:
     timeout: int = 600
 
 
+#: What a reviewer's verdict judges (``worker.runner.verdict``), in the order its reply must hold them.
+REVIEW_CATEGORIES = ("injection_suspected", "secret_leak", "malicious_change")
+#: How long a reviewer may take unless the policy says (``review.timeout``).
+REVIEW_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Review:
+    """An independent reviewer before any push: one of the policy's agents, run read-only on the
+    result. ``blocks_on``: the categories whose finding stops the push (kept in REVIEW_CATEGORIES'
+    order); ``merge_gate``: it also judges every pull request in ``baton/merge-gate``."""
+
+    agent: str
+    blocks_on: tuple[str, ...] = REVIEW_CATEGORIES
+    timeout: int = REVIEW_TIMEOUT_S
+    merge_gate: bool = False
+
+    def __post_init__(self) -> None:
+        asked = set(self.blocks_on)
+        unknown = asked - set(REVIEW_CATEGORIES)
+        if unknown:
+            raise ValueError(f"review categories {sorted(unknown)} are not among {REVIEW_CATEGORIES}")
+        object.__setattr__(self, "blocks_on", tuple(c for c in REVIEW_CATEGORIES if c in asked))
+
+    def to_data(self) -> dict[str, object]:
+        """Every field, in the file's vocabulary: what a replay loads back as an org file."""
+        return {
+            "agent": self.agent,
+            "blocks_on": list(self.blocks_on),
+            "timeout": format_duration(self.timeout),
+            "merge_gate": self.merge_gate,
+        }
+
+
 @dataclass(frozen=True)
 class InstallationLimits:
     """Totals across all of an installation's repositories; ``None`` is no installation-wide cap.
@@ -183,6 +217,8 @@ class Policy:
     gates: tuple[Gate, ...] = ()
     limits: Limits = field(default_factory=Limits)
     version: int = SCHEMA_VERSION
+    #: The reviewer before any push; None: no review (and no ``review`` key in the bytes).
+    review: Review | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", _frozen_map(self.agents))
@@ -228,6 +264,8 @@ class Policy:
                 **self.limits.size_data(),
                 "installation": self.limits.installation.to_data(),
             },
+            # Written only when set, so a policy without a review keeps its bytes and digest.
+            **({"review": self.review.to_data()} if self.review is not None else {}),
         }
 
     @cached_property

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from baton.tasks import AGENT_NAME_PATTERN
-from worker.policy.model import SCHEMA_VERSION, Axis, Permission
+from worker.policy.model import REVIEW_CATEGORIES, SCHEMA_VERSION, Axis, Permission
 from worker.policy.sizes import PATTERN as _SIZE_PATTERN
 from worker.policy.sizes import SIZE_LIMITS, format_size
 
@@ -194,6 +194,32 @@ SCHEMA: dict[str, Any] = {
                         "max_agent_minutes_per_day": _MINUTES_PER_DAY,
                         "max_model_spend_per_day": _SPEND,
                     },
+                },
+            },
+        },
+        "review": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": (
+                "An independent reviewer before any push: one of this policy's agents reads the issue, "
+                "the change and the run's egress and model summaries, read-only, and its verdict can "
+                "stop the push. The org file must name the agent; a repository may add a review, add "
+                "categories, lower the timeout and turn merge_gate on, and nothing else."
+            ),
+            "properties": {
+                "agent": {
+                    **_AGENT,
+                    "description": "The reviewer: one of this policy's agents (not the script agent).",
+                },
+                "blocks_on": {
+                    **_set_of({"type": "string", "enum": list(REVIEW_CATEGORIES)}),
+                    "minItems": 1,
+                    "description": "The findings that stop the push (default: all three).",
+                },
+                "timeout": {**_DURATION, "description": "How long the reviewer may take (default 10m)."},
+                "merge_gate": {
+                    "type": "boolean",
+                    "description": "Also judge every pull request in baton/merge-gate (default false).",
                 },
             },
         },

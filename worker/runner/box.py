@@ -133,6 +133,8 @@ class BoxSpec:
     memory_bytes: int | None = None
     #: The workspace, HOME and /tmp together; the supervisor stops the box past it.
     max_disk_bytes: int | None = None
+    #: The workspace bound read-only (a reviewer's box): the report then lists it as not writable.
+    workspace_readonly: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv or any(not isinstance(a, str) or "\0" in a for a in self.argv):
@@ -627,7 +629,7 @@ class _Run:
             self.facts,
             self.seen,
             guarded=self.guarded,
-            writable=bwrap.WRITABLE,
+            writable=bwrap.writable(not self.spec.workspace_readonly),
             ro_binds=tuple(map(str, self.spec.ro_binds)),
             started=started,
         )
@@ -651,6 +653,7 @@ def _mounts(spec: BoxSpec, facts: Host, memfd: Callable[[bytes], int]) -> bwrap.
         proxy_socket=None if spec.proxy_socket is None else str(spec.proxy_socket.resolve()),
         gateway_socket=None if spec.gateway_socket is None else str(spec.gateway_socket.resolve()),
         ro_binds=tuple(map(str, spec.ro_binds)),
+        workspace_readonly=spec.workspace_readonly,
         root_links=facts.root_links,
         etc_dirs=tuple(dirs),
         etc_files=tuple((name, memfd(content)) for name, content in copies.items()),

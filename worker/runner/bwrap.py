@@ -39,6 +39,12 @@ WRITABLE = (
     f"{SHM} (tmpfs, {SHM_BYTES // MiB} MiB)",
 )
 
+
+def writable(workspace: bool = True) -> tuple[str, ...]:
+    """What the agent may write; without ``workspace`` (a reviewer's box) the workspace is read-only."""
+    return WRITABLE if workspace else tuple(w for w in WRITABLE if w != WORKSPACE)
+
+
 #: Set by the box; a spec's env may not name them (PATH and LANG it may override).
 RESERVED_ENV = frozenset({"HOME", "TMPDIR", "PWD", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy",
                           "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"})  # fmt: skip
@@ -78,6 +84,8 @@ class Mounts:
     proxy_socket: str | None = None
     gateway_socket: str | None = None
     ro_binds: tuple[str, ...] = ()
+    #: The workspace bound read-only (a reviewer judges the result; it changes nothing).
+    workspace_readonly: bool = False
     #: The host's root links (``/bin`` -> ``usr/bin``); an empty target means a directory to bind.
     root_links: tuple[tuple[str, str], ...] = ()
     #: Host /etc entries that are directories: bound read-only.
@@ -122,7 +130,14 @@ def options(m: Mounts) -> list[str]:
         "/dev",
     ]
     opts += ["--size", str(TMP_BYTES), "--tmpfs", TMP]
-    opts += ["--bind", m.workspace, WORKSPACE, "--bind", m.home, AGENT_HOME]
+    opts += [
+        "--ro-bind" if m.workspace_readonly else "--bind",
+        m.workspace,
+        WORKSPACE,
+        "--bind",
+        m.home,
+        AGENT_HOME,
+    ]
     if m.proxy_socket is not None:
         opts += ["--ro-bind", m.proxy_socket, PROXY_SOCKET]
     if m.gateway_socket is not None:

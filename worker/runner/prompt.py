@@ -184,3 +184,10 @@ def _block(block: _Block, boundary: str) -> str:
     if block.cut:
         lines.append(f"Baton: the block above was cut; {block.cut} more characters were left out.")
     return "\n".join(lines)
+
+
+#: For other fixed templates around untrusted text (the reviewer's: ``worker.runner.review_prompt``):
+#: the same cleaning and cut (``clip``) and the same fenced block (``fence``) as the agent's prompt.
+Block = _Block
+clip = _clip
+fence = _block

@@ -46,7 +46,7 @@ from worker.runner import adapters, box, gateway, inspect, inspect_git, prompt, 
 EXIT: dict[Outcome, int] = {
     Outcome.DONE: 0, Outcome.NO_CHANGES: 0, Outcome.DENIED: 3, Outcome.VIOLATIONS: 4, Outcome.FAILED: 5,
     Outcome.TIMED_OUT: 5, Outcome.AGENT_MISSING: 5, Outcome.OVER_BUDGET: 5, Outcome.CANCELLED: 6,
-    Outcome.CONFLICT: 5, Outcome.OVER_LIMIT: 5,
+    Outcome.CONFLICT: 5, Outcome.OVER_LIMIT: 5, Outcome.REVIEW_BLOCKED: 4,
 }  # fmt: skip
 #: Why a run whose model requests the gateway refused commits nothing.
 ASKED_FORBIDDEN = (

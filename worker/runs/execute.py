@@ -9,6 +9,8 @@ Steps, each on fresh state:
      the agent starts from (the runner decides again on it: a changed policy may deny);
   4. the repository's mirror is fetched with a ``contents: read`` token and the runner
      runs the agent on a plain copy of the base (``worker.runner.run``);
+     with ``review:`` in the policy its reviewer then judges the commit, read-only
+     (``worker.runs.review``): nothing is pushed unless it passes;
   5. if inspection passed, the commit (the App's bot as author, the person who asked
      as co-author, a ``Baton-Task`` trailer) is pushed to ``baton/issue-<n>`` with a
      ``contents: write`` token, never forced; if that branch has commits Baton did not
@@ -61,7 +63,7 @@ from worker.publish import status_now
 from worker.result import Result
 from worker.runner import gateway, inspect_git
 from worker.runner import run as runner
-from worker.runs import admit, cancel, iteration, pull_request, report
+from worker.runs import admit, cancel, iteration, pull_request, report, review
 from worker.runs.identity import bot_identity
 from worker.runs.iteration import Conversation
 from worker.runs.mirror import Mirror, MirrorError, Remote
@@ -231,6 +233,9 @@ def _agent(
     replay.remember_policy(ctx.redis, policy)
     if supervisor.reason is not None:  # stopped in the box, or a cancel came as the agent ended
         record = dataclasses.replace(record, outcome=Outcome.CANCELLED, reason=supervisor.reason)
+    # The policy's reviewer, on the commit made and before any push (a no-op without ``review:``).
+    record = review.judge(ctx, task, plan, supervisor, policy=policy, private=head.private, mirror=mirror,
+                          record=record)  # fmt: skip
     _save(ctx, task.id, record)
     if record.outcome is not Outcome.DONE:
         return _ended(ctx, task, plan, record, agent_env=_secrets(policy, plan.agent))
@@ -448,8 +453,8 @@ def _follow_up(ctx: Context, task: Task, plan: Plan, gh: GitHub[Any], number: in
         )
     if task.review_id is None:
         return iteration.of_comment(number, task.sender.login, task.untrusted.instruction or "")
-    review = iteration.read_review(gh, repo.full_name, number, task.review_id)
-    return iteration.of_review(number, review, bot.removesuffix("[bot]"))
+    submitted = iteration.read_review(gh, repo.full_name, number, task.review_id)
+    return iteration.of_review(number, submitted, bot.removesuffix("[bot]"))
 
 
 def _parents(repo_dir: Path, base: str, tip: str | None) -> tuple[str, ...]:

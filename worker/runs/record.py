@@ -64,6 +64,9 @@ class Record:
     #: Commits on the branch that Baton did not make and the run built on: ``{"sha", "author",
     #: "permission"}``, each author holding the policy's ``trigger.min_permission`` when the run began.
     built_on: Sequence[Mapping[str, Any]] = ()
+    #: The policy's reviewer on this run's change (``worker.runner.review.ReviewRecord.to_data``):
+    #: None for a run the policy reviews not, or that made no commit to review.
+    review: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, ran: runner.RunRecord, *, explanation: str, base: str, issue_sha256: str) -> Record:
@@ -79,12 +82,12 @@ class Record:
 
     def to_data(self) -> dict[str, Any]:
         """The record as JSON-ready data: the keys and values the runner's record had, and the
-        worker's three, and a follow-up's two (the stored bytes are compared by tests and read by
-        ``baton replay``)."""
+        worker's three, a follow-up's two and a review (the stored bytes are compared by tests and
+        read by ``baton replay``)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for name in ("egress", "changes", "violations", "built_on"):
             data[name] = list(data[name])
-        for name in _ONLY_IF_SET:  # a run from the issue stores the bytes it always did
+        for name in _ONLY_IF_SET:  # a run from the issue, unreviewed, stores the bytes it always did
             if not data[name]:
                 del data[name]
         return data
@@ -92,10 +95,14 @@ class Record:
     def usage_fields(self) -> dict[str, str]:
         """What the task's record keeps of the run for the budgets and the status page."""
         fields = {"run_outcome": str(self.outcome)}
-        if self.agent_seconds is not None:
-            fields["agent_seconds"] = f"{self.agent_seconds:.3f}"
-        if isinstance(self.cost_usd, int | float):
-            fields["cost_usd"] = f"{self.cost_usd:.6f}"
+        seconds = self.agent_seconds
+        if seconds is not None:  # the reviewer's minutes count in the same day budgets
+            fields["agent_seconds"] = f"{seconds + self.review_seconds:.3f}"
+        costs = [
+            c for c in (self.cost_usd, (self.review or {}).get("cost_usd")) if isinstance(c, int | float)
+        ]
+        if costs:  # the reviewer's dollars too: the gateway counted them in the same ledger
+            fields["cost_usd"] = f"{sum(costs):.6f}"
         if self.started_at:
             fields["run_started_at"] = self.started_at
         return fields
@@ -105,9 +112,14 @@ class Record:
         found = self.durations.get("agent_s")
         return float(found) if isinstance(found, int | float) else None
 
+    @property
+    def review_seconds(self) -> float:
+        found = self.durations.get("review_s")
+        return float(found) if isinstance(found, int | float) else 0.0
 
-#: Fields a record holds only for a follow-up on a pull request.
-_ONLY_IF_SET = ("follow_up", "built_on")
+
+#: Fields a record holds only for a follow-up on a pull request, or a run its policy reviews.
+_ONLY_IF_SET = ("follow_up", "built_on", "review")
 
 
 def issue_digest(issue: Mapping[str, Any]) -> str:

@@ -188,6 +188,40 @@ def run_lines(record: Record) -> list[str]:
         lines.append(
             f"Diff: {diff.get('files', 0)} files, +{diff.get('insertions', 0)} -{diff.get('deletions', 0)}"
         )
+    if record.review:
+        lines.append(reviewer_line(record.review))
+    return lines
+
+
+# -- the reviewer (``review:``) -------------------------------------------------------------------
+
+
+def reviewer_line(review: Mapping[str, Any]) -> str:
+    """Who reviewed and how it ended, one line: names quoted, the verdict by digest."""
+    adapter = f"{review.get('adapter') or '?'} {review.get('adapter_version') or '(version unknown)'}"
+    digest = review.get("reply_sha256")
+    said = f", verdict `sha256:{str(digest)[:16]}…`" if digest else ""
+    took = _minutes((review.get("durations") or {}).get("review_s"))
+    return (f"Reviewer {inert(str(review.get('agent')))} through adapter {inert(adapter)}: "
+            f"{inert(str(review.get('result')))}{said}, {took}")  # fmt: skip
+
+
+def review_findings(review: Mapping[str, Any]) -> list[str]:
+    """What blocked, in the reviewer's words (every one quoted inert): each blocking category with
+    its reasons and the places it names; or its reply when it did not parse."""
+    lines = []
+    blocking = set(review.get("blocking") or ())
+    for finding in review.get("findings") or ():
+        if finding.get("category") not in blocking:
+            continue
+        reasons = [inert(str(r), 300) for r in finding.get("reasons") or ()]
+        places = [inert(str(p), 200) for p in finding.get("locations") or ()]
+        more = int(finding.get("reasons_left_out") or 0) + int(finding.get("locations_left_out") or 0)
+        lines.append(f"{inert(str(finding.get('category')))}: " + ("; ".join(reasons) or "no reason given")
+                     + (f" at {', '.join(places)}" if places else "")
+                     + (f" ({more} more reasons or places in the run record)" if more else ""))  # fmt: skip
+    if review.get("quoted"):
+        lines.append(f"Its reply: {inert(str(review.get('reply') or ''), 300)}")
     return lines
 
 
@@ -383,6 +417,20 @@ def ended(task_id: str, agent: str, record: Record, secrets: Iterable[str] = ())
             else "The agent's changes break this repository's policy, so nothing was committed or pushed:",
             details=[*found, *run_lines(record)],
             headline="🛡️ Model requests refused" if asked else "🚧 Changes refused",
+            next_steps=(retry,),
+        )
+    if outcome is Outcome.REVIEW_BLOCKED:
+        review = record.review or {}
+        quoted = review.get("quoted")
+        why = str(review.get("detail") or "the reviewer did not pass the change")
+        return Status(
+            state,
+            task_id,
+            agent,
+            f"{_sentence(why + (': ' + inert(str(quoted), 300) if quoted else ''))} The agent's commit was "
+            "not pushed, and no pull request was opened or updated.",
+            details=[*review_findings(review), *run_lines(record)],
+            headline="🔎 Stopped by the reviewer",
             next_steps=(retry,),
         )
     if outcome is Outcome.OVER_BUDGET:

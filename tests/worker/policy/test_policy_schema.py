@@ -63,6 +63,9 @@ VALID = [
     "version: 1\nlimits:\n  installation: {max_concurrent_runs: 4096, max_runs_per_day: 9,\n"
     "                 max_agent_minutes_per_day: 1}\n",
     "version: 1\nlimits: {max_agent_memory: 512MiB, max_workspace_bytes: 10737418240}\n",
+    "version: 1\nagents: {r: {adapter: codex, tools: [read_repo]}}\nreview: {agent: r}\n",
+    "version: 1\nagents: {r: {adapter: codex, tools: []}}\n"
+    "review: {agent: r, blocks_on: [secret_leak], timeout: 2m, merge_gate: true}\n",
 ]
 INVALID = [
     "version: 2\n",
@@ -92,6 +95,9 @@ INVALID = [
     "version: 1\nlimits: {max_agent_memory: 1.5}\n",
     "version: 1\nlimits: {max_agent_memory: 1000}\n",
     "version: 1\nlimits: {max_workspace_bytes: [10GiB]}\n",
+    "version: 1\nreview: {agent: r, blocks_on: []}\n",
+    "version: 1\nreview: {agent: r, merge_gate: 1}\n",
+    "version: 1\nreview: {agent: r, reviewer: x}\n",
 ]
 
 
@@ -240,6 +246,17 @@ _DOC = st.fixed_dictionaries(
                             },
                         )
                     ),
+                },
+            )
+        ),
+        "review": _maybe(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "agent": _maybe(st.sampled_from(["claude-code", "a.b"])),
+                    "blocks_on": _listof(st.sampled_from(["secret_leak", "malicious_change", "x"])),
+                    "timeout": _maybe(_DURATION),
+                    "merge_gate": _maybe(st.booleans()),
                 },
             )
         ),

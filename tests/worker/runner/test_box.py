@@ -383,6 +383,20 @@ def test_only_the_workspace_home_and_tmp_are_writable(dirs: tuple[Path, Path]) -
     assert done.report.read_only_system.in_force
 
 
+def test_a_read_only_workspace_can_be_read_but_not_changed_and_the_report_says_so(
+    dirs: tuple[Path, Path],
+) -> None:
+    """A reviewer's box: it reads the result tree and cannot change a byte of it."""
+    (dirs[0] / "result.py").write_text("print('the change')\n")
+    done = sh(dirs, "cat result.py; touch new 2>/dev/null && echo MADE; echo x >> result.py 2>/dev/null "
+                    "&& echo CHANGED; rm -f result.py 2>/dev/null; touch /home/agent/ok && echo HOME; true",
+              workspace_readonly=True)  # fmt: skip
+    assert done.stdout.decode().split("\n")[:2] == ["print('the change')", "HOME"]
+    assert sorted(p.name for p in dirs[0].iterdir()) == ["result.py"]
+    assert (dirs[0] / "result.py").read_text() == "print('the change')\n"
+    assert [w.split()[0] for w in done.report.writable] == ["/home/agent", "/tmp", "/dev/shm"]
+
+
 def test_the_cwd_is_the_workspace_and_a_system_tool_runs(dirs: tuple[Path, Path]) -> None:
     (dirs[0] / "hello.txt").write_text("hi")
     done = sh(dirs, "pwd; cat hello.txt; echo; whoami; " + PY + " -I -c 'print(1 + 1)'")

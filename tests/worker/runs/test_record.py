@@ -6,6 +6,9 @@ import orjson
 
 from baton.tasks import Outcome
 from worker.runner import run as runner
+from worker.runner.review import ReviewRecord
+from worker.runner.verdict import Result
+from worker.runs import review
 from worker.runs.record import Record
 
 
@@ -27,3 +30,26 @@ def test_a_record_stores_the_bytes_the_dict_did_and_reads_back_equal() -> None:
     assert Record.from_data(orjson.loads(stored)) == Record.from_data(record.to_data())
     assert Record.from_data(orjson.loads(stored)).outcome is Outcome.DONE
     assert record.agent_seconds == 1.5
+
+
+def test_a_review_is_stored_only_when_there_is_one_and_counts_in_the_runs_usage() -> None:
+    record = Record.of(_ran(), explanation="allowed", base="b" * 40, issue_sha256="e" * 64)
+    assert "review" not in record.to_data()
+    assert record.usage_fields()["agent_seconds"] == "1.500"
+    done = ReviewRecord("checker", Result.BLOCKED, "the reviewer found secret_leak", cost_usd=0.5,
+                        durations={"review_s": 2.25}, blocking=["secret_leak"])  # fmt: skip
+    blocked = review.reviewed(record, done)
+    assert (blocked.outcome, blocked.commit, blocked.reason) == (
+        Outcome.REVIEW_BLOCKED,
+        None,
+        "the reviewer found secret_leak; nothing was pushed",
+    )
+    assert blocked.durations["review_s"] == 2.25
+    assert orjson.loads(orjson.dumps(blocked.to_data()))["review"]["result"] == "blocked"
+    assert blocked.usage_fields()["agent_seconds"] == "3.750"  # the reviewer's minutes count too
+    assert blocked.usage_fields()["cost_usd"] == "0.750000"  # and its dollars
+    passed = review.reviewed(
+        record, ReviewRecord("checker", Result.PASSED, "nothing", durations={"review_s": 1.0})
+    )
+    assert (passed.outcome, passed.commit) == (Outcome.DONE, record.commit)
+    assert Record.from_data(orjson.loads(orjson.dumps(passed.to_data()))) == passed

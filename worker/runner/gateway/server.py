@@ -244,7 +244,7 @@ class GatewayServer:
         return None if reached is None else self._over(reached)
 
     def _run_cap_reached(self) -> str | None:
-        cap, spent = self.config.cap.per_run_usd, self.journal.spent_usd
+        cap, spent = self.config.cap.per_run_usd, self.journal.spent_usd + self.config.cap.spent_before_usd
         if cap is None or spent < cap:
             return None
         return (

@@ -41,6 +41,9 @@ class Ledger(Protocol):
 class SpendCap:
     per_run_usd: float | None = None
     ledger: Ledger | None = None
+    #: What the run spent before this gateway served it (its agent's calls, for the reviewer's gateway):
+    #: the run's own cap counts both.
+    spent_before_usd: float = 0.0
 
 
 def usd(amount: float) -> str:
