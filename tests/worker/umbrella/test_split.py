@@ -134,6 +134,23 @@ def _working(stage: Stage, task_id: str) -> bool:
     )
 
 
+def _merged_mid_run(
+    stage: Stage, delivery: dict[str, Any], pull: int
+) -> tuple[dict[str, str], dict[str, dict[str, str]], dict[str, Any]]:
+    """``delivery``'s run, with pull request ``pull`` merged while its agent works in the box (on the
+    base as it was): (its admission, {"done": its end}, the merge's answer)."""
+    admitted = stage.run(delivery)
+    ran: dict[str, dict[str, str]] = {}
+    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
+        time.sleep(0.05)
+    merged = stage.admin.merge_pull(world.REPO, pull, sender="maria")  # the base moves mid-run
+    worker.join(timeout=120)
+    return admitted, ran, merged
+
+
 def _git(stage: Stage, *args: str) -> str:
     bare = stage.server.directory / "repos" / f"{world.REPO}.git"
     return subprocess.run(["git", "-C", str(bare), *args], capture_output=True, text=True, check=True).stdout
@@ -150,15 +167,7 @@ def test_a_sibling_merged_mid_run_onto_the_same_file_makes_the_run_move_its_chan
     first, second = _labels(stage)
     assert _run(stage, first)["state"] == "pr_opened"
     [pull] = _get(stage, "/pulls", state="open")
-    admitted = stage.run(second)
-    ran: dict[str, dict[str, str]] = {}
-    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
-    worker.start()
-    deadline = time.monotonic() + 60  # until its agent works in the box, on the old base
-    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
-        time.sleep(0.05)
-    merged = stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")  # the base moves mid-run
-    worker.join(timeout=120)
+    admitted, ran, merged = _merged_mid_run(stage, second, pull["number"])
     assert ran["done"]["state"] == "pr_opened", ran
     head = str(lifecycle.field(stage.rdb, admitted["task_id"], "head_sha"))
     base_now = _git(stage, "rev-parse", "main").strip()
@@ -204,15 +213,7 @@ def test_a_change_a_sibling_delivered_mid_run_is_not_pushed_again(stage: Stage) 
     first, second = _labels(stage)
     assert _run(stage, first)["state"] == "pr_opened"
     [pull] = _get(stage, "/pulls", state="open")
-    admitted = stage.run(second)
-    ran: dict[str, dict[str, str]] = {}
-    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
-    worker.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
-        time.sleep(0.05)
-    stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")
-    worker.join(timeout=120)
+    _, ran, _ = _merged_mid_run(stage, second, pull["number"])
     assert ran["done"]["state"] == "done", ran
     subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
     assert f"No changes needed: delivered by #{pull['number']}" in _status(stage, subs[1])
@@ -228,15 +229,7 @@ def test_a_sibling_merged_mid_run_that_conflicts_with_the_run_is_reported_never_
     first, second = _labels(stage)
     assert _run(stage, first)["state"] == "pr_opened"
     [pull] = _get(stage, "/pulls", state="open")
-    admitted = stage.run(second)
-    ran: dict[str, dict[str, str]] = {}
-    worker = threading.Thread(target=lambda: ran.update(done=stage.run_agent(admitted["task_id"])))
-    worker.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _working(stage, admitted["task_id"]):
-        time.sleep(0.05)
-    stage.admin.merge_pull(world.REPO, pull["number"], sender="maria")
-    worker.join(timeout=120)
+    _, ran, _ = _merged_mid_run(stage, second, pull["number"])
     assert ran["done"]["state"] == "failed", ran
     subs = sorted(s["number"] for s in _get(stage, f"/issues/{umbrella}/sub_issues"))
     assert "does not apply onto it cleanly" in _status(stage, subs[1])
