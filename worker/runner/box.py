@@ -107,6 +107,16 @@ class Stop(Protocol):
     def is_set(self) -> bool: ...
 
 
+class Either:
+    """Set when either event is: a box watches one ``stop`` (a cancel, or its gateway's spend cap)."""
+
+    def __init__(self, first: Stop | None, second: Stop) -> None:
+        self.first, self.second = first, second
+
+    def is_set(self) -> bool:
+        return self.second.is_set() or (self.first is not None and self.first.is_set())
+
+
 class BoxError(BatonError):
     """The box could not be built or started (``box-unavailable``, ``box-setup-failed``,
     ``box-forwarder-failed``, ``box-seccomp-failed``). An agent that fails is a

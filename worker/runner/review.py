@@ -206,16 +206,6 @@ def _done(record: ReviewRecord, started: float) -> ReviewRecord:
     return record
 
 
-class _Either:
-    """Set when either event is: the box watches one ``stop`` (a cancel, or the spend cap)."""
-
-    def __init__(self, first: threading.Event | None, second: threading.Event) -> None:
-        self.first, self.second = first, second
-
-    def is_set(self) -> bool:
-        return self.second.is_set() or (self.first is not None and self.first.is_set())
-
-
 def _boxed(
     request: ReviewRequest, agent: Agent, executable: str, scratch: Path, *, record: ReviewRecord,
     network_cutoff: bool, stop: threading.Event | None,
@@ -268,7 +258,7 @@ def _boxed(
                     max_disk_bytes=request.policy.limits.max_workspace_bytes,
                     workspace_readonly=True,
                 ),
-                stop=_Either(stop, capped),
+                stop=box.Either(stop, capped),
             )  # fmt: skip
     record.egress = sorted([*egress_proxy.log.to_data(), *model_gateway.journal.egress()],
                            key=lambda e: (e["host"], e["port"], e["allowed"]))  # fmt: skip

@@ -253,16 +253,6 @@ def _timeout(request: RunRequest) -> tuple[float, str]:
     return own, "timeout"
 
 
-class _Either:
-    """Set when either event is: the box watches one ``stop`` (a cancel, or the spend cap)."""
-
-    def __init__(self, first: threading.Event | None, second: threading.Event) -> None:
-        self.first, self.second = first, second
-
-    def is_set(self) -> bool:
-        return self.second.is_set() or (self.first is not None and self.first.is_set())
-
-
 def _run_boxed(
     request: RunRequest,
     *,
@@ -324,7 +314,7 @@ def _run_boxed(
                     memory_bytes=request.policy.limits.max_agent_memory,
                     max_disk_bytes=request.policy.limits.max_workspace_bytes,
                 ),
-                stop=_Either(stop, capped),
+                stop=box.Either(stop, capped),
             )
     # Read once both have stopped: a call cut off as the box ended is journaled by then.
     record.egress = sorted([*egress_proxy.log.to_data(), *model_gateway.journal.egress()],
