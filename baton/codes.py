@@ -200,6 +200,12 @@ ENTRIES = (
          "None needed: it is retried."),
     Code(GIT_FAILED, f"A git command Baton ran failed. {_LOG}",
          "Read git's error in the worker log; check the runner's disk and git."),
+    Code("umbrella-busy", "Another run of this umbrella issue kept verifying and publishing for too long, "
+         "so this one published nothing.",
+         "Comment `/baton retry` on the sub-issue once the other run ends."),
+    Code("rebase-widened", "Moving this run's change onto the moved base branch would have changed files the "
+         "agent did not, so Baton pushed nothing.", "Comment `/baton retry` on the sub-issue: it runs on the "
+         "new base."),
     # The evidence endpoints (`/.well-known/baton/...`): their answer is JSON with the message.
     Code(BAD_REQUEST, "A parameter of the request is not valid; the answer names it.",
          "Send the parameter as the answer says."),
