@@ -107,9 +107,21 @@ def test_a_client_follows_the_primary_through_a_failover_and_back(tmp_path: Path
         # still had a connection to it is not fooled (its writes would be READONLY there).
         old.start()
         topo.wait_for(lambda: old.role() == "slave", 30, "the old primary to come back as a replica")
-        # Its full sync comes first: under load that takes longer than a write does.
-        client.set("after", "3")
-        topo.wait_for(lambda: old.client().get("after") == b"3", 30, "the old primary to replicate")
+
+        # Its full sync comes first: under load that takes longer than a write does. And under CI's load
+        # Sentinel (down-after 1 s here) may fail over once more meanwhile, taking an unreplicated write
+        # with it (asynchronous replication: what BATON_REDIS_REPLICAS is for), so the write is made again
+        # until the old primary holds it.
+        def replicated() -> bool:
+            client.set("after", "3")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if old.client().get("after") == b"3":
+                    return True
+                time.sleep(0.1)
+            return False
+
+        topo.wait_for(replicated, 60, "the old primary to replicate")
         assert client.client_getname() == "baton-test"
         client.close()
 
